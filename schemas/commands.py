@@ -1,0 +1,56 @@
+"""What the hub tells a spoke to do."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+from schemas.common import Identifier, WireModel
+from schemas.workloads import WorkloadSpec
+
+
+class Assignment(WireModel):
+    """GPUs of one node given to a workload: whole devices, or a share of one device."""
+
+    node: str
+    devices: tuple[int, ...]
+    fraction: float | None = None
+
+
+class _CommandBase(WireModel):
+    decision_id: Identifier
+    workload_id: Identifier
+    epoch: int = Field(ge=0, description="Assignment epoch; a spoke drops older ones.")
+
+
+class PlaceCommand(_CommandBase):
+    """Run `spec` on the assigned devices."""
+
+    kind: Literal["place"] = "place"
+    spec: WorkloadSpec
+    assignments: tuple[Assignment, ...] = Field(min_length=1)
+
+
+class CancelCommand(_CommandBase):
+    """Stop the workload now; it ends Cancelled."""
+
+    kind: Literal["cancel"] = "cancel"
+    reason: str = ""
+
+
+class PreemptCommand(_CommandBase):
+    """Stop the workload after `grace_s` (SIGTERM, then SIGKILL); the hub requeues it."""
+
+    kind: Literal["preempt"] = "preempt"
+    reason: str = ""
+    grace_s: float = Field(default=30.0, ge=0, le=3600)
+
+
+Command = Annotated[PlaceCommand | CancelCommand | PreemptCommand, Field(discriminator="kind")]
+_COMMAND = TypeAdapter(Command)
+
+
+def parse_command(data: bytes) -> PlaceCommand | CancelCommand | PreemptCommand:
+    """Parse a command from its JSON bytes (raises pydantic.ValidationError)."""
+    return _COMMAND.validate_json(data)

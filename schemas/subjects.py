@@ -1,0 +1,43 @@
+"""NATS subjects, streams and consumer names (all under `gpufed.v1`)."""
+
+from __future__ import annotations
+
+PREFIX = "gpufed.v1"
+
+SUBMIT = f"{PREFIX}.submit"
+
+COMMANDS_STREAM = "GPUFED_COMMANDS"
+EVENTS_STREAM = "GPUFED_EVENTS"
+COMMANDS_SUBJECTS = f"{PREFIX}.spoke.*.commands"
+EVENTS_SUBJECTS = f"{PREFIX}.spoke.*.events"
+CAPACITY_SUBJECTS = f"{PREFIX}.spoke.*.capacity"
+HUB_EVENTS_CONSUMER = "hub-events"
+
+
+def capacity(spoke_id: str) -> str:
+    return f"{PREFIX}.spoke.{spoke_id}.capacity"
+
+
+def commands(spoke_id: str) -> str:
+    return f"{PREFIX}.spoke.{spoke_id}.commands"
+
+
+def events(spoke_id: str) -> str:
+    return f"{PREFIX}.spoke.{spoke_id}.events"
+
+
+def sync(spoke_id: str) -> str:
+    return f"{PREFIX}.spoke.{spoke_id}.sync"
+
+
+def spoke_consumer(spoke_id: str) -> str:
+    """Durable consumer name of a spoke's command stream."""
+    return f"spoke-{spoke_id}"
+
+
+def spoke_from_subject(subject: str) -> str | None:
+    """The spoke id in `gpufed.v1.spoke.<id>.<kind>`, or None for another subject."""
+    parts = subject.split(".")
+    if len(parts) == 5 and parts[:3] == ["gpufed", "v1", "spoke"]:
+        return parts[3]
+    return None

@@ -1,0 +1,166 @@
+"""What a user submits, and what the hub answers."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from schemas.common import DnsLabel, Identifier, WireModel
+
+MAX_COMMAND_ITEMS = 256
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_ENV_ENTRIES = 128
+MAX_ENV_BYTES = 64 * 1024
+MAX_GPUS_PER_NODE = 16
+MAX_NODES = 128
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+GpuModel = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", max_length=63)
+]
+
+
+class Phase(StrEnum):
+    """Lifecycle of a workload as the hub records it."""
+
+    QUEUED = "queued"
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+    @property
+    def active(self) -> bool:
+        """Holds GPUs (or is about to)."""
+        return self in (Phase.PLACED, Phase.RUNNING)
+
+
+class RestartPolicy(StrEnum):
+    """What happens when the spoke running a workload is lost or the workload fails."""
+
+    NEVER = "never"
+    ON_FAILURE = "on_failure"
+
+
+class Affinity(WireModel):
+    """Where a workload may (required) or would rather (preferred) run."""
+
+    required_regions: tuple[DnsLabel, ...] = ()
+    preferred_regions: tuple[DnsLabel, ...] = ()
+    required_labels: dict[str, str] = Field(default_factory=dict)
+    preferred_labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("required_labels", "preferred_labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 32:
+            raise ValueError("at most 32 labels")
+        for key, val in value.items():
+            if not LABEL_KEY.match(key) or len(key) > 253:
+                raise ValueError(f"label key {key!r} is not a valid label name")
+            if len(val) > 63:
+                raise ValueError(f"label {key!r}: value longer than 63 characters")
+        return value
+
+
+class WorkloadSpec(WireModel):
+    """A unit of work: one command run on `nodes` x `gpus_per_node` GPUs (a gang when nodes > 1)."""
+
+    name: DnsLabel
+    team: DnsLabel
+    priority_class: DnsLabel = "batch"
+    command: tuple[str, ...] = Field(min_length=1, max_length=MAX_COMMAND_ITEMS)
+    env: dict[str, str] = Field(default_factory=dict)
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Container image (Kubernetes runtime); the local runtime runs on the host.",
+    )
+    working_dir: str | None = Field(default=None, max_length=4096)
+    gpus_per_node: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    gpu_models: tuple[GpuModel, ...] = Field(
+        default=(),
+        max_length=16,
+        description="Acceptable GPU models, most preferred first; empty means any.",
+    )
+    gpu_fraction: float | None = Field(
+        default=None, gt=0, lt=1, description="Share of one GPU; only with 1 GPU on 1 node."
+    )
+    affinity: Affinity = Field(default_factory=Affinity)
+    max_runtime_s: int | None = Field(default=None, gt=0, le=90 * 24 * 3600)
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+    max_restarts: int = Field(default=3, ge=0, le=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_single_model(cls, data: Any) -> Any:
+        # `gpu_model: "H100"` is the common case; accept it beside the list form.
+        if isinstance(data, dict) and "gpu_model" in data:
+            data = dict(data)
+            model = data.pop("gpu_model")
+            if "gpu_models" in data:
+                raise ValueError("give gpu_model or gpu_models, not both")
+            data["gpu_models"] = [model] if isinstance(model, str) else model
+        return data
+
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value[0]:
+            raise ValueError("the program (first item) must not be empty")
+        if sum(len(part.encode()) for part in value) > MAX_COMMAND_BYTES:
+            raise ValueError(f"command longer than {MAX_COMMAND_BYTES} bytes")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_size(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV_ENTRIES:
+            raise ValueError(f"at most {MAX_ENV_ENTRIES} variables")
+        for key in value:
+            if not ENV_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        if sum(len(k.encode()) + len(v.encode()) for k, v in value.items()) > MAX_ENV_BYTES:
+            raise ValueError(f"environment larger than {MAX_ENV_BYTES} bytes")
+        return value
+
+    @model_validator(mode="after")
+    def _fraction_only_alone(self) -> WorkloadSpec:
+        if self.gpu_fraction is not None and (self.gpus_per_node != 1 or self.nodes != 1):
+            raise ValueError("gpu_fraction needs gpus_per_node=1 and nodes=1")
+        return self
+
+    @property
+    def total_gpus(self) -> float:
+        """GPUs the workload holds while it runs (a fraction counts as its share)."""
+        if self.gpu_fraction is not None:
+            return self.gpu_fraction
+        return float(self.gpus_per_node * self.nodes)
+
+
+class ErrorReply(WireModel):
+    """A refusal a person can act on: a stable `code`, a message, and the field at fault."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+class SubmitReply(WireModel):
+    """Answer to a submission: the new workload's id, or an error."""
+
+    ok: bool
+    workload_id: Identifier | None = None
+    error: ErrorReply | None = None
