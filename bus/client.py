@@ -1,0 +1,257 @@
+"""A NATS connection set up for daemons, and JetStream publishing that never loses a message."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StreamConfig
+
+from schemas import subjects
+
+log = structlog.get_logger(__name__)
+
+#: How long JetStream remembers a Nats-Msg-Id; a retried publish inside it is dropped as a repeat.
+DUPLICATE_WINDOW_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class BusSettings:
+    """How a long-running process talks to NATS (defaults fit daemons, see NATS-NOTES)."""
+
+    url: str = "nats://127.0.0.1:4222"
+    name: str = "gpufed"
+    ping_interval_s: float = 15.0
+    max_outstanding_pings: int = 3
+    connect_timeout_s: float = 2.0
+    publish_timeout_s: float = 2.0
+    user_credentials: str | None = None
+    inbox_prefix: str | None = None
+
+
+class Bus:
+    """Our view of NATS: connect with retries, publish core or JetStream, consume durably."""
+
+    def __init__(self, settings: BusSettings) -> None:
+        self.settings = settings
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self.connected = asyncio.Event()
+
+    @property
+    def nc(self) -> Client:
+        if self._nc is None:
+            raise RuntimeError("bus not connected")
+        return self._nc
+
+    @property
+    def js(self) -> JetStreamContext:
+        if self._js is None:
+            raise RuntimeError("bus not connected")
+        return self._js
+
+    async def connect(self, first_attempt_timeout_s: float | None = None) -> None:
+        """Connect, retrying until it works (the client does not retry its first connect).
+
+        Afterwards the client reconnects forever on its own.
+        """
+        s = self.settings
+        delay = 0.1
+        loop = asyncio.get_running_loop()
+        deadline = (
+            None if first_attempt_timeout_s is None else loop.time() + first_attempt_timeout_s
+        )
+        while True:
+            try:
+                kwargs: dict[str, object] = {}
+                if s.user_credentials:
+                    kwargs["user_credentials"] = s.user_credentials
+                if s.inbox_prefix:
+                    kwargs["inbox_prefix"] = s.inbox_prefix
+                self._nc = await nats.connect(
+                    s.url,
+                    name=s.name,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.5,
+                    ping_interval=s.ping_interval_s,
+                    max_outstanding_pings=s.max_outstanding_pings,
+                    connect_timeout=s.connect_timeout_s,
+                    allow_reconnect=True,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnect,
+                    reconnected_cb=self._on_reconnect,
+                    closed_cb=self._on_closed,
+                    **kwargs,
+                )
+                break
+            except (TimeoutError, OSError, nats.errors.Error) as exc:
+                if deadline is not None and loop.time() > deadline:
+                    raise
+                log.warning("nats_connect_retry", url=s.url, error=str(exc), delay_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self._js = self._nc.jetstream(timeout=s.publish_timeout_s)
+        self.connected.set()
+        log.info("nats_connected", url=s.url, name=s.name)
+
+    async def close(self) -> None:
+        """Flush what is buffered and close (no drain: a pending pull would stall it)."""
+        nc, self._nc = self._nc, None
+        if nc is None or nc.is_closed:
+            return
+        with contextlib.suppress(TimeoutError, nats.errors.Error, OSError):
+            await nc.flush(timeout=1)
+        await nc.close()
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        """Core NATS publish: at most once, for data that a newer message supersedes."""
+        await self.nc.publish(subject, payload)
+
+    async def publish_durable(
+        self,
+        subject: str,
+        payload: bytes,
+        msg_id: str,
+        *,
+        give_up_after_s: float | None = None,
+    ) -> PubAck:
+        """JetStream publish, retried with the same Nats-Msg-Id until the server acks it.
+
+        A publish that timed out may still have been stored, so retries reuse `msg_id` and the
+        server drops the repeat (the ack then says duplicate=True). Retries stop after
+        `give_up_after_s` (default: never).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
+        delay = 0.05
+        while True:
+            try:
+                return await self.js.publish(
+                    subject,
+                    payload,
+                    timeout=self.settings.publish_timeout_s,
+                    headers={"Nats-Msg-Id": msg_id},
+                )
+            except (
+                TimeoutError,
+                nats.errors.TimeoutError,
+                nats.errors.ConnectionClosedError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.OutboundBufferLimitError,
+                nats.errors.NoRespondersError,
+                nats.js.errors.NoStreamResponseError,
+                nats.js.errors.ServiceUnavailableError,
+            ) as exc:
+                if deadline is not None and loop.time() > deadline:
+                    raise
+                log.warning(
+                    "publish_retry", subject=subject, msg_id=msg_id, error=type(exc).__name__
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def ensure_streams(self) -> None:
+        """Create or update gpufed's streams (idempotent; the hub calls it at start)."""
+        for config in _stream_configs():
+            try:
+                await self.js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                await self.js.update_stream(config)
+            log.info("stream_ready", stream=config.name)
+
+    async def wait_for_stream(self, name: str, stop: asyncio.Event | None = None) -> None:
+        """Block until stream `name` exists (a spoke started before the hub waits here)."""
+        delay = 0.1
+        while True:
+            try:
+                await self.js.stream_info(name)
+                return
+            except (TimeoutError, nats.js.errors.NotFoundError, nats.errors.TimeoutError):
+                if stop is not None and stop.is_set():
+                    raise
+                log.info("waiting_for_stream", stream=name)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def consume(
+        self,
+        stream: str,
+        durable: str,
+        filter_subject: str,
+        handler: Callable[[Msg], Awaitable[None]],
+        stop: asyncio.Event,
+        *,
+        ack_wait_s: float = 30.0,
+    ) -> None:
+        """Feed a durable pull consumer's messages to `handler`, one at a time, until `stop`.
+
+        The handler acks (after it has applied the message) or naks; a handler that raises gets
+        the message redelivered after `ack_wait_s`.
+        """
+        config = ConsumerConfig(
+            durable_name=durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait_s,
+            max_ack_pending=1000,
+            filter_subject=filter_subject,
+        )
+        sub = await self.js.pull_subscribe(
+            filter_subject, durable=durable, stream=stream, config=config
+        )
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(1, timeout=1.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                await asyncio.sleep(0.5)
+                continue
+            except nats.js.errors.FetchTimeoutError:
+                continue
+            for msg in msgs:
+                try:
+                    await handler(msg)
+                except Exception:
+                    log.exception("message_handler_failed", subject=msg.subject)
+
+    # --- connection callbacks: NATS reports permission denials only here ---
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.warning("nats_error", error=str(exc) or type(exc).__name__)
+
+    async def _on_disconnect(self) -> None:
+        self.connected.clear()
+        log.warning("nats_disconnected", url=self.settings.url)
+
+    async def _on_reconnect(self) -> None:
+        self.connected.set()
+        log.info("nats_reconnected", url=self.settings.url)
+
+    async def _on_closed(self) -> None:
+        self.connected.clear()
+
+
+def _stream_configs() -> list[StreamConfig]:
+    return [
+        StreamConfig(
+            name=subjects.COMMANDS_STREAM,
+            subjects=[subjects.COMMANDS_SUBJECTS],
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=7 * 24 * 3600.0,
+        ),
+        StreamConfig(
+            name=subjects.EVENTS_STREAM,
+            subjects=[subjects.EVENTS_SUBJECTS],
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=7 * 24 * 3600.0,
+        ),
+    ]

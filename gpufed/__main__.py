@@ -1,0 +1,3 @@
+from gpufed.cli import main
+
+raise SystemExit(main())

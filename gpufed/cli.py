@@ -1,0 +1,139 @@
+"""The `gpufed` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from gpufed import __version__, logs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpufed", description="Federate GPU clusters into one self-service GPU cloud."
+    )
+    p.add_argument("--version", action="version", version=f"gpufed {__version__}")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    up = sub.add_parser("up", help="run NATS, the hub and three simulated spokes on this machine")
+    up.add_argument("--demo", action="store_true", help="submit a mixed workload and report")
+    up.add_argument("--data-dir", type=Path, default=Path(".gpufed"))
+    up.add_argument("--api-port", type=int, default=8080)
+    up.set_defaults(func=_up)
+
+    hub = sub.add_parser("hub", help="run the hub (policy, placement, REST API)")
+    hub.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    hub.add_argument("--store-url", default=None, help="SQLAlchemy URL (default SQLite)")
+    hub.add_argument("--data-dir", type=Path, default=Path(".gpufed/hub"))
+    hub.add_argument("--api-host", default="127.0.0.1")
+    hub.add_argument("--api-port", type=int, default=8080)
+    hub.add_argument("--policy", type=Path, default=None, help="policy YAML file")
+    hub.set_defaults(func=_hub)
+
+    spoke = sub.add_parser("spoke", help="run a spoke agent in a cluster")
+    spoke.add_argument("--id", required=True)
+    spoke.add_argument("--region", required=True)
+    spoke.add_argument("--kind", choices=["onprem", "cloud"], default="onprem")
+    spoke.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    spoke.add_argument(
+        "--inventory", default="nvml", help="static:FILE (simulated GPUs), nvml or kubernetes"
+    )
+    spoke.add_argument("--runtime", choices=["local", "kubernetes"], default="local")
+    spoke.add_argument("--state-dir", type=Path, default=Path(".gpufed/spokes"))
+    spoke.add_argument("--heartbeat", type=float, default=2.0, help="seconds between reports")
+    spoke.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    spoke.add_argument("--price", type=float, default=0.0, help="$ per GPU-hour (cloud)")
+    spoke.add_argument("--kubeconfig", default=None)
+    spoke.add_argument("--context", default=None)
+    spoke.set_defaults(func=_spoke)
+
+    from gpufed import commands
+
+    commands.add_client_commands(sub)
+
+    schemas_cmd = sub.add_parser("schemas", help="wire schemas")
+    schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
+    export = schemas_sub.add_parser("export", help="write JSON Schema for every wire model")
+    export.add_argument("dir", type=Path)
+    export.set_defaults(func=_schemas_export)
+    return p
+
+
+def _up(args: argparse.Namespace) -> int:
+    from gpufed.up import run_up
+
+    return run_up(data_dir=args.data_dir, api_port=args.api_port, demo=args.demo)
+
+
+def _hub(args: argparse.Namespace) -> int:
+    from hub.main import serve
+    from hub.settings import HubSettings
+
+    logs.configure()
+    settings = HubSettings(
+        nats_url=args.nats_url,
+        store_url=args.store_url,
+        data_dir=args.data_dir,
+        api_host=args.api_host,
+        api_port=args.api_port,
+        policy_file=args.policy,
+    )
+    asyncio.run(serve(settings))
+    return 0
+
+
+def _spoke(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from spoke.errors import SpokeError
+    from spoke.main import serve
+    from spoke.settings import SpokeSettings
+
+    logs.configure()
+    try:
+        labels = dict(_pair(item) for item in args.label)
+        settings = SpokeSettings(
+            id=args.id,
+            region=args.region,
+            kind=args.kind,
+            nats_url=args.nats_url,
+            inventory=args.inventory,
+            runtime=args.runtime,
+            state_dir=args.state_dir,
+            heartbeat_s=args.heartbeat,
+            labels=labels,
+            price_per_gpu_hour=args.price,
+            kubeconfig=args.kubeconfig,
+            kube_context=args.context,
+        )
+        asyncio.run(serve(settings))
+    except (SpokeError, ValidationError, ValueError) as exc:
+        print(f"gpufed spoke: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _pair(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--label wants KEY=VALUE, got {item!r}")
+    return key, value
+
+
+def _schemas_export(args: argparse.Namespace) -> int:
+    from gpufed.schema_export import export
+
+    for path in export(args.dir):
+        print(path)
+    return 0

@@ -1,0 +1,180 @@
+"""CLI commands that talk to a running hub: submit, jobs, explain, cancel, spokes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufed.client import ApiError, HubClient
+
+
+def add_client_commands(sub: Any) -> None:
+    def command(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        parser = sub.add_parser(name, help=help_text)
+        parser.add_argument("--api", default=None, help="hub URL (default $GPUFED_API or :8080)")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.set_defaults(func=_guarded(func))
+        return parser
+
+    submit = command("submit", "submit a workload", _submit)
+    submit.add_argument("-f", "--file", type=Path, help="workload spec as YAML or JSON")
+    submit.add_argument("--name")
+    submit.add_argument("--team")
+    submit.add_argument("--priority", dest="priority_class")
+    submit.add_argument("--gpus", type=int, dest="gpus_per_node", help="GPUs per node")
+    submit.add_argument("--nodes", type=int)
+    submit.add_argument("--gpu-model", action="append", dest="gpu_models")
+    submit.add_argument("--fraction", type=float, dest="gpu_fraction")
+    submit.add_argument("--region", action="append", dest="regions", help="required region")
+    submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    submit.add_argument("--max-runtime", type=int, dest="max_runtime_s")
+    submit.add_argument("command", nargs=argparse.REMAINDER, help="-- program and arguments")
+
+    jobs = command("jobs", "list workloads", _jobs)
+    jobs.add_argument("--team")
+    jobs.add_argument("--phase", help="comma-separated phases")
+    jobs.add_argument("--limit", type=int, default=50)
+
+    explain = command("explain", "show a workload and why it waits", _explain)
+    explain.add_argument("id")
+
+    cancel = command("cancel", "cancel a workload", _cancel)
+    cancel.add_argument("id")
+
+    command("spokes", "list spokes and their GPUs", _spokes)
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        client = HubClient(args.api)
+        args.client = client
+        try:
+            return func(args)
+        except ApiError as exc:
+            code = f" [{exc.code}]" if exc.code else ""
+            print(f"gpufed: {exc}{code}", file=sys.stderr)
+            return 1
+        finally:
+            client.close()
+
+    return run
+
+
+def _submit(args: argparse.Namespace) -> int:
+    spec: dict[str, Any] = {}
+    if args.file:
+        spec = yaml.safe_load(args.file.read_text()) or {}
+        if not isinstance(spec, dict):
+            print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
+            return 1
+    for key in ("name", "team", "priority_class", "gpus_per_node", "nodes", "gpu_models"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    if args.gpu_fraction is not None:
+        spec["gpu_fraction"] = args.gpu_fraction
+    if args.max_runtime_s is not None:
+        spec["max_runtime_s"] = args.max_runtime_s
+    if args.regions:
+        spec.setdefault("affinity", {})["required_regions"] = args.regions
+    if args.env:
+        spec.setdefault("env", {}).update(dict(e.split("=", 1) for e in args.env if "=" in e))
+    command = [c for c in args.command if c != "--"] if args.command else []
+    if command:
+        spec["command"] = command
+    record = args.client.submit(spec)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(record["id"])
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    records = args.client.workloads(team=args.team, phase=args.phase, limit=args.limit)
+    if args.json:
+        print(json.dumps(records, indent=2))
+        return 0
+    rows = [("ID", "NAME", "TEAM", "GPUS", "PHASE", "SPOKE", "WAIT", "RUN", "REASON")]
+    for r in records:
+        rows.append(
+            (
+                r["id"],
+                r["spec"]["name"],
+                r["spec"]["team"],
+                _shape(r["spec"]),
+                r["phase"],
+                r["spoke_id"] or "-",
+                _secs(r["wait_s"]),
+                _secs(r["run_s"]),
+                r["message"] if r["phase"] == "queued" else "",
+            )
+        )
+    _table(rows)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    r = args.client.workload(args.id)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    spec = r["spec"]
+    print(f"{r['id']}  {spec['name']}  team={spec['team']}  class={spec['priority_class']}")
+    print(f"  shape:  {_shape(spec)} {'/'.join(spec['gpu_models']) or 'any model'}")
+    print(f"  phase:  {r['phase']}  epoch={r['epoch']}  spoke={r['spoke_id'] or '-'}")
+    if r["phase"] == "queued":
+        print(f"  why:    {r['message'] or 'not looked at yet'} [{r['reason'] or '-'}]")
+    elif r["message"]:
+        print(f"  result: {r['message']}")
+    print("  history:")
+    t0 = r["submitted_at"]
+    for h in r["history"]:
+        where = f" on {h['spoke_id']}" if h.get("spoke_id") else ""
+        detail = f"  {h['detail']}" if h.get("detail") else ""
+        print(f"    +{h['at'] - t0:7.3f}s  {h['event']}{where}{detail}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    r = args.client.cancel(args.id)
+    print(f"{r['id']}: {'cancelled' if r['phase'] == 'cancelled' else 'cancel requested'}")
+    return 0
+
+
+def _spokes(args: argparse.Namespace) -> int:
+    spokes = args.client.spokes()
+    if args.json:
+        print(json.dumps(spokes, indent=2))
+        return 0
+    rows = [("SPOKE", "REGION", "KIND", "STATUS", "NODES", "GPUS (free/total)", "RUNNING")]
+    for s in spokes:
+        gpus = ", ".join(f"{m} {v['free']:g}/{v['total']:g}" for m, v in sorted(s["gpus"].items()))
+        rows.append(
+            (s["id"], s["region"], s["kind"], s["status"], str(s["nodes"]), gpus, str(s["running"]))
+        )
+    _table(rows)
+    return 0
+
+
+def _shape(spec: dict[str, Any]) -> str:
+    if spec.get("gpu_fraction"):
+        return f"{spec['gpu_fraction']:g}"
+    if spec["nodes"] > 1:
+        return f"{spec['nodes']}x{spec['gpus_per_node']}"
+    return str(spec["gpus_per_node"])
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -1,0 +1,209 @@
+"""`gpufed up`: NATS, the hub and three simulated spokes on this machine, one command.
+
+Every piece runs as its own process, as in production, and is stopped by its own handle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from bus.natsserver import EmbeddedNats, free_port
+from gpufed.client import ApiError, HubClient
+
+
+@dataclass(frozen=True)
+class SimSpoke:
+    id: str
+    region: str
+    nodes: int
+    gpus: int
+    model: str
+
+
+#: The embedded fleet: two regions, three spokes, three GPU models.
+FLEET = (
+    SimSpoke("eu-1", "eu", nodes=2, gpus=8, model="H100"),
+    SimSpoke("eu-2", "eu", nodes=1, gpus=4, model="A100"),
+    SimSpoke("us-1", "us", nodes=4, gpus=8, model="L4"),
+)
+
+
+class Federation:
+    """The processes of an embedded federation."""
+
+    def __init__(self, data_dir: Path, api_port: int, fleet: tuple[SimSpoke, ...] = FLEET) -> None:
+        self.data_dir = data_dir.resolve()
+        self.fleet = fleet
+        self.api_port = api_port
+        self.nats = EmbeddedNats(self.data_dir / "nats")
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.nats.start()
+        self.start_hub()
+        for spoke in self.fleet:
+            self.start_spoke(spoke)
+        self.wait_ready(timeout_s)
+
+    def start_hub(self) -> None:
+        self._spawn(
+            "hub",
+            [
+                "hub",
+                "--nats-url", self.nats.url,
+                "--data-dir", str(self.data_dir / "hub"),
+                "--api-port", str(self.api_port),
+            ],
+        )  # fmt: skip
+
+    def start_spoke(self, spoke: SimSpoke) -> None:
+        inventory = self.data_dir / "inventories" / f"{spoke.id}.yaml"
+        inventory.parent.mkdir(parents=True, exist_ok=True)
+        nodes = {
+            "prefix": f"{spoke.id}-n",
+            "count": spoke.nodes,
+            "gpu_model": spoke.model,
+            "gpu_count": spoke.gpus,
+        }
+        inventory.write_text(yaml.safe_dump({"nodes": [nodes]}))
+        self._spawn(
+            spoke.id,
+            [
+                "spoke",
+                "--id", spoke.id,
+                "--region", spoke.region,
+                "--nats-url", self.nats.url,
+                "--inventory", f"static:{inventory}",
+                "--runtime", "local",
+                "--state-dir", str(self.data_dir / "spokes"),
+                "--heartbeat", "1",
+            ],
+        )  # fmt: skip
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until the API answers and every spoke has reported."""
+        client = HubClient(self.api_url, timeout_s=2.0)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                self._check_alive()
+                with contextlib.suppress(ApiError):
+                    ready = [s for s in client.spokes() if s["status"] == "ready"]
+                    if client.health()["ok"] and len(ready) >= len(self.fleet):
+                        return
+                time.sleep(0.2)
+        finally:
+            client.close()
+        raise RuntimeError(f"federation not ready after {timeout_s:.0f}s; see {self.log_dir}")
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def stop(self) -> None:
+        """Stop spokes, then the hub, then NATS; each by its own process handle."""
+        for name in [s.id for s in self.fleet] + ["hub"]:
+            proc = self.procs.pop(name, None)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in list(self.procs.values()):
+            proc.send_signal(signal.SIGTERM)
+        self.procs.clear()
+        for proc in self._started:
+            if proc.poll() is not None:
+                continue
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.nats.stop()
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (for fault drills)."""
+        proc = self.procs.pop(name)
+        proc.kill()
+        proc.wait()
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpufed", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        self.procs[name] = proc
+        self._started.append(proc)
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {proc.returncode}; see {self.log_dir / (name + '.log')}"
+                )
+
+
+def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
+    """Run the embedded federation until Ctrl-C (or, with `demo`, until the demo ends)."""
+    if demo:
+        data_dir = data_dir / "demo"
+        shutil.rmtree(data_dir, ignore_errors=True)
+    if not _port_free(api_port):
+        api_port = free_port()
+    fed = Federation(data_dir, api_port)
+    print(f"gpufed: starting NATS, the hub and {len(fed.fleet)} spokes (logs in {fed.log_dir})")
+    try:
+        fed.start()
+        _banner(fed)
+        if demo:
+            from gpufed.demo import run_demo
+
+            return run_demo(fed.api_url)
+        print("Ctrl-C stops everything.")
+        while True:
+            fed._check_alive()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        print("\ngpufed: stopping")
+        return 0
+    except RuntimeError as exc:
+        print(f"gpufed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        fed.stop()
+
+
+def _banner(fed: Federation) -> None:
+    print(f"  NATS    {fed.nats.url}")
+    print(f"  API     {fed.api_url}   (export GPUFED_API={fed.api_url})")
+    for s in fed.fleet:
+        print(f"  spoke   {s.id:6} region {s.region}: {s.nodes} node(s) x {s.gpus} {s.model}")
+    example = "gpufed submit --name hello --team me --gpus 2 -- sleep 5"
+    print(f"  try     GPUFED_API={fed.api_url} {example}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,142 @@
+"""REST API of the hub (JSON over HTTP)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from hub.errors import Conflict, HubError, InvalidWorkload, NotFound, Unavailable
+from hub.records import WorkloadRecord
+from hub.service import HubService, validation_error
+from schemas import Phase, WorkloadSpec
+
+log = structlog.get_logger(__name__)
+
+_STATUS = {InvalidWorkload: 422, NotFound: 404, Conflict: 409, Unavailable: 503}
+
+
+def create_app(hub: HubService) -> FastAPI:
+    """The FastAPI app serving `hub`."""
+    app = FastAPI(title="gpufed hub", version="1")
+
+    @app.exception_handler(HubError)
+    async def _hub_error(_request: Request, exc: HubError) -> JSONResponse:
+        status = _STATUS.get(type(exc), 400)
+        return _error(status, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(Exception)
+    async def _internal(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("api_failed", error=str(exc))
+        return _error(500, "internal", "the hub failed; see its log")
+
+    @app.post("/v1/workloads", status_code=201)
+    async def submit(request: Request) -> Any:
+        body = await request.body()
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(400, "invalid_json", f"body is not JSON: {exc}")
+        try:
+            spec = WorkloadSpec.model_validate(data)
+        except ValidationError as exc:
+            err = validation_error(exc)
+            return _error(422, err.code, err.message, err.field)
+        record = await hub.submit(spec)
+        return JSONResponse(status_code=201, content=_workload_json(record))
+
+    @app.get("/v1/workloads")
+    async def list_workloads(
+        team: str | None = None, phase: str | None = None, limit: int = 500
+    ) -> Any:
+        phases: list[Phase] = []
+        for name in (phase or "").split(","):
+            if not name:
+                continue
+            try:
+                phases.append(Phase(name))
+            except ValueError:
+                known = ", ".join(p.value for p in Phase)
+                raise InvalidWorkload(
+                    f"unknown phase {name!r} (known: {known})", field="phase"
+                ) from None
+        records = await hub.db(hub.store.find, team=team, phases=phases, limit=max(1, limit))
+        return [_workload_json(r) for r in records]
+
+    @app.get("/v1/workloads/{workload_id}")
+    async def get_workload(workload_id: str) -> Any:
+        record = hub.workloads.get(workload_id) or await hub.db(hub.store.get, workload_id)
+        if record is None:
+            raise NotFound(f"no workload {workload_id}")
+        return _workload_json(record)
+
+    @app.delete("/v1/workloads/{workload_id}", status_code=202)
+    async def cancel(workload_id: str) -> Any:
+        return _workload_json(await hub.cancel(workload_id))
+
+    @app.get("/v1/spokes")
+    async def spokes() -> Any:
+        now = hub.clock()
+        return [_spoke_json(hub, sid, now) for sid in sorted(hub.spokes)]
+
+    @app.get("/v1/health")
+    async def health() -> Any:
+        return {
+            "ok": hub.ready.is_set(),
+            "workloads_active": len(hub.workloads),
+            "spokes": len(hub.spokes),
+            "counters": dict(hub.counters),
+        }
+
+    return app
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content={"code": code, "message": message, "field": field}
+    )
+
+
+def _workload_json(record: WorkloadRecord) -> dict[str, Any]:
+    data = record.model_dump(mode="json")
+    data["wait_s"] = (
+        None if record.started_at is None else round(record.started_at - record.submitted_at, 3)
+    )
+    data["run_s"] = (
+        None
+        if record.started_at is None or record.finished_at is None
+        else round(record.finished_at - record.started_at, 3)
+    )
+    return data
+
+
+def _spoke_json(hub: HubService, spoke_id: str, now: float) -> dict[str, Any]:
+    spoke = hub.spokes[spoke_id]
+    report = spoke.report
+    age = now - spoke.last_seen
+    if age < hub.settings.suspect_after_s:
+        status = "ready"
+    elif age < hub.settings.lost_after_s:
+        status = "suspect"
+    else:
+        status = "lost"
+    gpus: dict[str, dict[str, float]] = {}
+    for node in report.nodes if report else ():
+        entry = gpus.setdefault(node.gpu_model, {"total": 0, "free": 0})
+        entry["total"] += node.gpu_count
+        entry["free"] += len(node.free_devices) + sum(node.device_free_fraction.values())
+    return {
+        "id": spoke.id,
+        "region": spoke.region,
+        "kind": spoke.kind,
+        "status": status,
+        "last_seen_s_ago": round(age, 1),
+        "nodes": len(report.nodes) if report else 0,
+        "gpus": gpus,
+        "running": len(report.running) if report else 0,
+        "labels": dict(report.labels) if report else {},
+    }

@@ -1,0 +1,16 @@
+"""Ids the hub mints. Decision ids are derived, so a re-sent decision dedupes on the bus."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+
+def new_workload_id() -> str:
+    """Time-ordered, unique: `w` + milliseconds (hex) + 6 random hex digits."""
+    return f"w{int(time.time() * 1000):x}{secrets.token_hex(3)}"
+
+
+def decision_id(workload_id: str, epoch: int, kind: str) -> str:
+    """The id of the one `kind` decision for a workload's assignment epoch."""
+    return f"{workload_id}-e{epoch}-{kind}"

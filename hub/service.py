@@ -1,0 +1,495 @@
+"""The hub's service loop: take submissions and events, run scheduling cycles, publish commands.
+
+Each handler loads from memory, decides with the pure core, writes the result to the store in
+one short transaction, and only then publishes. The in-memory view of non-terminal workloads is
+rebuilt from the store at start, so the store stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import structlog
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from bus.client import Bus
+from hub.core.fleet import build_snapshot
+from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
+from hub.core.placement import plan as plan_placement
+from hub.core.policy import Policy
+from hub.errors import Conflict, InvalidWorkload, NotFound
+from hub.ids import decision_id, new_workload_id
+from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from hub.settings import HubSettings
+from hub.store import Store
+from schemas import (
+    CancelCommand,
+    CapacityReport,
+    ErrorReply,
+    EventPhase,
+    Phase,
+    PlaceCommand,
+    PreemptCommand,
+    RestartPolicy,
+    SubmitReply,
+    WorkloadEvent,
+    WorkloadSpec,
+    subjects,
+)
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+#: How often a spoke's last_seen is written to the store (heartbeats come every few seconds).
+SPOKE_PERSIST_EVERY_S = 10.0
+
+
+class HubService:
+    """One hub: owns the scheduling cycle and the hub side of every subject."""
+
+    def __init__(
+        self,
+        settings: HubSettings,
+        store: Store,
+        bus: Bus,
+        policy: Policy | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.bus = bus
+        self.policy = policy or Policy()
+        self.clock = clock
+        self.workloads: dict[str, WorkloadRecord] = {}  # non-terminal only
+        self.reports: dict[str, CapacityReport] = {}
+        self.spokes: dict[str, SpokeRecord] = {}
+        self.counters: Counter[str] = Counter()
+        self.ready = asyncio.Event()
+        self._spoke_persisted: dict[str, float] = {}
+        self._trigger = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._db_limiter = anyio.CapacityLimiter(1)
+
+    # --- lifecycle ---
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set."""
+        await self.bus.connect()
+        await self.bus.ensure_streams()
+        await self._load()
+        nc = self.bus.nc
+        subs = [
+            await nc.subscribe(subjects.SUBMIT, queue="hub", cb=self._on_submit_msg),
+            await nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=self._on_capacity_msg),
+        ]
+        tasks = [
+            asyncio.create_task(self._cycle_loop(stop), name="hub-cycle"),
+            asyncio.create_task(
+                self.bus.consume(
+                    subjects.EVENTS_STREAM,
+                    subjects.HUB_EVENTS_CONSUMER,
+                    subjects.EVENTS_SUBJECTS,
+                    self._on_event_msg,
+                    stop,
+                ),
+                name="hub-events",
+            ),
+        ]
+        await self._republish_unpublished()
+        self.ready.set()
+        log.info("hub_ready", workloads=len(self.workloads), spokes=len(self.spokes))
+        try:
+            await stop.wait()
+        finally:
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.bus.close()
+            log.info("hub_stopped")
+
+    async def _load(self) -> None:
+        active = await self.db(self.store.active)
+        self.workloads = {w.id: w for w in active}
+        for spoke in await self.db(self.store.spokes):
+            self.spokes[spoke.id] = spoke
+            if spoke.report is not None:
+                self.reports[spoke.id] = spoke.report
+        self.trigger()
+
+    async def _republish_unpublished(self) -> None:
+        # A crash between persisting a decision and the bus acking it leaves it unpublished:
+        # send it again under the same Nats-Msg-Id, so a copy already stored is dropped.
+        decisions = await self.db(self.store.unpublished)
+        if decisions:
+            log.info("republishing_decisions", count=len(decisions))
+            await self._publish(decisions)
+
+    # --- submissions and cancellations (NATS and REST share these) ---
+
+    async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
+        """Accept a workload; raises InvalidWorkload for what policy refuses."""
+        if spec.priority_class not in self.policy.priorities:
+            known = ", ".join(sorted(self.policy.priorities))
+            raise InvalidWorkload(
+                f"priority class {spec.priority_class!r} is not defined (known: {known})",
+                field="priority_class",
+            )
+        now = self.clock()
+        record = WorkloadRecord(id=new_workload_id(), spec=spec, submitted_at=now)
+        record.note(now, "submitted")
+        async with self._lock:
+            await self.db(self.store.save, [record])
+            self.workloads[record.id] = record
+        self.counters["submitted"] += 1
+        log.info("workload_submitted", workload=record.id, team=spec.team, gpus=spec.total_gpus)
+        self.trigger()
+        return record
+
+    async def cancel(self, workload_id: str) -> WorkloadRecord:
+        """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""
+        decision: DecisionRecord | None = None
+        async with self._lock:
+            record = self.workloads.get(workload_id)
+            if record is None:
+                stored = await self.db(self.store.get, workload_id)
+                if stored is None:
+                    raise NotFound(f"no workload {workload_id}")
+                raise Conflict(f"workload {workload_id} already ended {stored.phase.value}")
+            now = self.clock()
+            if record.phase == Phase.QUEUED:
+                record.phase = Phase.CANCELLED
+                record.finished_at = now
+                record.note(now, "cancelled", "cancelled while queued")
+                del self.workloads[workload_id]
+            elif not record.cancel_requested:
+                record.cancel_requested = True
+                record.note(now, "cancel_requested")
+                assert record.spoke_id is not None
+                command = CancelCommand(
+                    decision_id=decision_id(record.id, record.epoch, "cancel"),
+                    workload_id=record.id,
+                    epoch=record.epoch,
+                    reason="cancelled by user",
+                )
+                decision = self._decision(command, record.spoke_id, now)
+            await self.db(self.store.save, [record], [decision] if decision else [])
+        if decision is not None:
+            await self._publish([decision])
+        log.info("workload_cancel", workload=workload_id, phase=record.phase.value)
+        return record
+
+    # --- the scheduling cycle ---
+
+    def trigger(self) -> None:
+        """Ask for a cycle soon (debounced)."""
+        self._trigger.set()
+
+    async def _cycle_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._trigger.wait(), timeout=self.settings.tick_s)
+            if self.settings.debounce_s:
+                await asyncio.sleep(self.settings.debounce_s)
+            self._trigger.clear()
+            try:
+                await self.run_cycle()
+            except Exception:
+                log.exception("cycle_failed")
+                await asyncio.sleep(0.5)
+
+    async def run_cycle(self) -> Plan:
+        """One scheduling cycle: snapshot → plan → persist → publish."""
+        async with self._lock:
+            now = self.clock()
+            pending = [
+                Workload(w.id, w.spec, w.submitted_at)
+                for w in self.workloads.values()
+                if w.phase == Phase.QUEUED
+            ]
+            if not pending:
+                return Plan()
+            result = plan_placement(self.snapshot(now), pending, self._running(), self.policy, now)
+            changed, decisions = self._apply(result, now)
+            if changed or decisions:
+                await self.db(self.store.save, changed, decisions)
+        if result.placements:
+            log.info("cycle_placed", placed=len(result.placements), pending=len(result.unplaced))
+        await self._publish(decisions)
+        return result
+
+    def snapshot(self, now: float) -> Snapshot:
+        """The fleet as placement sees it, assumed allocations taken off."""
+        active = [(rw, self.workloads[rw.id].epoch) for rw in self._running()]
+        accepting = {sid: self.spoke_accepts_work(sid, now) for sid in self.reports}
+        return build_snapshot(self.reports, active, accepting)
+
+    def spoke_accepts_work(self, spoke_id: str, now: float) -> bool:
+        spoke = self.spokes.get(spoke_id)
+        return spoke is not None and now - spoke.last_seen < self.settings.suspect_after_s
+
+    def _running(self) -> list[RunningWorkload]:
+        return [
+            RunningWorkload(
+                id=w.id,
+                spec=w.spec,
+                spoke_id=w.spoke_id,
+                assignments=w.assignments,
+                started_at=w.started_at or w.placed_at or w.submitted_at,
+            )
+            for w in self.workloads.values()
+            if w.phase.active and w.spoke_id is not None
+        ]
+
+    def _apply(self, result: Plan, now: float) -> tuple[list[WorkloadRecord], list[DecisionRecord]]:
+        changed: list[WorkloadRecord] = []
+        decisions: list[DecisionRecord] = []
+        for placement in result.placements:
+            w = self.workloads[placement.workload_id]
+            w.epoch += 1
+            w.phase = Phase.PLACED
+            w.spoke_id = placement.spoke_id
+            w.assignments = placement.assignments
+            w.placed_at = now
+            w.reason = w.message = ""
+            w.note(now, "placed", _describe(placement.assignments))
+            command = PlaceCommand(
+                decision_id=decision_id(w.id, w.epoch, "place"),
+                workload_id=w.id,
+                epoch=w.epoch,
+                spec=w.spec,
+                assignments=placement.assignments,
+            )
+            decisions.append(self._decision(command, placement.spoke_id, now))
+            changed.append(w)
+        for preemption in result.preemptions:
+            w = self.workloads[preemption.workload_id]
+            if w.preempting:
+                continue
+            w.preempting = True
+            w.note(now, "preempting", preemption.reason)
+            preempt = PreemptCommand(
+                decision_id=decision_id(w.id, w.epoch, "preempt"),
+                workload_id=w.id,
+                epoch=w.epoch,
+                reason=preemption.reason,
+            )
+            decisions.append(self._decision(preempt, preemption.spoke_id, now))
+            changed.append(w)
+        for unplaced in result.unplaced:
+            w = self.workloads[unplaced.workload_id]
+            if (w.reason, w.message) != (unplaced.reason.value, unplaced.message):
+                w.reason, w.message = unplaced.reason.value, unplaced.message
+                changed.append(w)
+        return changed, decisions
+
+    def _decision(
+        self, command: PlaceCommand | CancelCommand | PreemptCommand, spoke_id: str, now: float
+    ) -> DecisionRecord:
+        return DecisionRecord(
+            decision_id=command.decision_id,
+            workload_id=command.workload_id,
+            spoke_id=spoke_id,
+            subject=subjects.commands(spoke_id),
+            payload=command.model_dump_json().encode(),
+            created_at=now,
+        )
+
+    async def _publish(self, decisions: Sequence[DecisionRecord]) -> None:
+        if not decisions:
+            return
+        await asyncio.gather(
+            *(self.bus.publish_durable(d.subject, d.payload, d.decision_id) for d in decisions)
+        )
+        await self.db(self.store.mark_published, [d.decision_id for d in decisions])
+        self.counters["commands_published"] += len(decisions)
+
+    # --- message handlers ---
+
+    async def _on_submit_msg(self, msg: Msg) -> None:
+        try:
+            spec = WorkloadSpec.model_validate_json(msg.data)
+            record = await self.submit(spec)
+            reply = SubmitReply(ok=True, workload_id=record.id)
+        except ValidationError as exc:
+            self.counters["submit_invalid"] += 1
+            reply = SubmitReply(ok=False, error=validation_error(exc))
+        except InvalidWorkload as exc:
+            self.counters["submit_invalid"] += 1
+            reply = SubmitReply(
+                ok=False, error=ErrorReply(code=exc.code, message=exc.message, field=exc.field)
+            )
+        except Exception:
+            log.exception("submit_failed")
+            reply = SubmitReply(
+                ok=False, error=ErrorReply(code="internal", message="the hub failed; try again")
+            )
+        if msg.reply:
+            await msg.respond(reply.model_dump_json().encode())
+
+    async def _on_capacity_msg(self, msg: Msg) -> None:
+        try:
+            report = CapacityReport.model_validate_json(msg.data)
+        except ValidationError as exc:
+            self._malformed(msg, exc)
+            return
+        if subjects.spoke_from_subject(msg.subject) != report.spoke_id:
+            self._malformed(msg, ValueError("spoke_id does not match the subject"))
+            return
+        previous = self.reports.get(report.spoke_id)
+        if (
+            previous is not None
+            and previous.incarnation == report.incarnation
+            and previous.seq > report.seq
+        ):
+            return  # an older heartbeat overtaken by a newer one
+        now = self.clock()
+        self.reports[report.spoke_id] = report
+        spoke = self.spokes.get(report.spoke_id)
+        is_new = spoke is None
+        if spoke is None:
+            spoke = SpokeRecord(
+                id=report.spoke_id,
+                region=report.region,
+                kind=report.kind.value,
+                first_seen=now,
+                last_seen=now,
+            )
+            self.spokes[report.spoke_id] = spoke
+            log.info("spoke_joined", spoke=report.spoke_id, region=report.region)
+        spoke.last_seen = now
+        spoke.report = report
+        if is_new or now - self._spoke_persisted.get(report.spoke_id, 0) > SPOKE_PERSIST_EVERY_S:
+            self._spoke_persisted[report.spoke_id] = now
+            await self.db(self.store.save_spoke, spoke.model_copy())
+        if previous is None or _free_changed(previous, report):
+            self.trigger()
+
+    async def _on_event_msg(self, msg: Msg) -> None:
+        try:
+            event = WorkloadEvent.model_validate_json(msg.data)
+        except ValidationError as exc:
+            self._malformed(msg, exc)
+            await msg.ack()
+            return
+        async with self._lock:
+            record = self.workloads.get(event.workload_id)
+            if record is None or event.epoch != record.epoch:
+                # Fencing: an event from a superseded assignment changes nothing.
+                self.counters["events_stale"] += 1
+                log.info(
+                    "event_ignored",
+                    workload=event.workload_id,
+                    epoch=event.epoch,
+                    phase=event.phase.value,
+                )
+            elif self._apply_event(record, event):
+                await self.db(self.store.save, [record])
+                if record.phase.terminal:
+                    del self.workloads[record.id]
+        await msg.ack()
+        self.counters["events"] += 1
+        self.trigger()
+
+    def _apply_event(self, w: WorkloadRecord, event: WorkloadEvent) -> bool:
+        """Move a workload on from a spoke's event; False if the event changes nothing."""
+        now = self.clock()
+        detail = event.message or event.reason
+        if event.phase == EventPhase.RUNNING:
+            if w.phase != Phase.PLACED:
+                return False
+            w.phase = Phase.RUNNING
+            w.started_at = now
+            w.note(now, "running")
+            return True
+        if w.phase.terminal:
+            return False
+        w.exit_code = event.exit_code
+        if event.phase == EventPhase.SUCCEEDED:
+            self._finish(w, Phase.SUCCEEDED, now, "succeeded", detail)
+        elif event.phase == EventPhase.CANCELLED:
+            self._finish(w, Phase.CANCELLED, now, "cancelled", detail)
+        elif event.phase == EventPhase.PREEMPTED:
+            self._requeue(w, now, "preempted", detail)
+        elif event.phase == EventPhase.REJECTED or (
+            event.phase == EventPhase.FAILED
+            and w.spec.restart_policy == RestartPolicy.ON_FAILURE
+            and not w.cancel_requested
+        ):
+            kind = "rejected" if event.phase == EventPhase.REJECTED else "failed"
+            if w.restarts >= w.spec.max_restarts:
+                self._finish(w, Phase.FAILED, now, kind, f"{detail} (restarts exhausted)")
+            else:
+                w.restarts += 1
+                self._requeue(w, now, kind, detail)
+        else:
+            self._finish(w, Phase.FAILED, now, "failed", detail)
+        return True
+
+    def _finish(self, w: WorkloadRecord, phase: Phase, now: float, event: str, detail: str) -> None:
+        w.phase = phase
+        w.finished_at = now
+        w.reason = event if phase != Phase.SUCCEEDED else ""
+        w.message = detail
+        w.note(now, event, detail)
+        log.info("workload_finished", workload=w.id, phase=phase.value, exit_code=w.exit_code)
+
+    def _requeue(self, w: WorkloadRecord, now: float, event: str, detail: str) -> None:
+        w.note(now, event, detail)
+        w.phase = Phase.QUEUED
+        w.spoke_id = None
+        w.assignments = ()
+        w.preempting = False
+        w.placed_at = w.started_at = None
+        w.note(now, "requeued")
+
+    def _malformed(self, msg: Msg, exc: Exception) -> None:
+        self.counters["malformed"] += 1
+        log.warning("malformed_message", subject=msg.subject, error=str(exc)[:500])
+
+    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking store call off the event loop, one at a time."""
+        # One thread at a time: SQLite wants a single writer, and the event loop stays free.
+        return await anyio.to_thread.run_sync(
+            functools.partial(fn, *args, **kwargs), limiter=self._db_limiter
+        )
+
+
+def validation_error(exc: ValidationError) -> ErrorReply:
+    """Our error shape from pydantic's: the first problem, naming its field."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    text = f"{field}: {message}" if field else message
+    more = len(exc.errors()) - 1
+    if more:
+        text += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ErrorReply(code="invalid_workload", message=text, field=field)
+
+
+def _free_changed(old: CapacityReport, new: CapacityReport) -> bool:
+    def shape(report: CapacityReport) -> list[tuple[Any, ...]]:
+        return [
+            (n.name, n.free_devices, tuple(sorted(n.device_free_fraction.items())), n.schedulable)
+            for n in report.nodes
+        ]
+
+    return shape(old) != shape(new)
+
+
+def _describe(assignments: Sequence[Any]) -> str:
+    return "; ".join(
+        f"{a.node}:{','.join(map(str, a.devices))}" + (f"@{a.fraction:g}" if a.fraction else "")
+        for a in assignments
+    )

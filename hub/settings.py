@@ -1,0 +1,25 @@
+"""The hub's one settings model, read once in main and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class HubSettings(BaseModel):
+    nats_url: str = "nats://127.0.0.1:4222"
+    store_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default SQLite under data_dir."
+    )
+    data_dir: Path = Path(".gpufed/hub")
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    policy_file: Path | None = None
+    debounce_s: float = Field(default=0.005, ge=0)
+    tick_s: float = Field(default=2.0, gt=0)
+    suspect_after_s: float = Field(default=15.0, gt=0)
+    lost_after_s: float = Field(default=120.0, gt=0)
+
+    def resolved_store_url(self) -> str:
+        return self.store_url or f"sqlite:///{self.data_dir / 'hub.db'}"

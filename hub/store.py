@@ -1,0 +1,198 @@
+"""The hub's store: sqlmodel over SQLite (embedded default) or PostgreSQL.
+
+Records are kept whole as JSON beside the few columns we query by, so adding a field to a
+record needs no table change. Every method is one short transaction; none is held across a
+network call. Methods block: the service calls them through `anyio.to_thread`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import Engine, LargeBinary, event, text
+from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
+
+from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from schemas import CapacityReport, Phase
+
+log = structlog.get_logger(__name__)
+
+_TERMINAL = [p.value for p in Phase if p.terminal]
+
+
+class WorkloadRow(SQLModel, table=True):
+    __tablename__ = "workloads"
+    id: str = Field(primary_key=True)
+    team: str = Field(index=True)
+    phase: str = Field(index=True)
+    submitted_at: float = Field(index=True)
+    data: str
+
+
+class DecisionRow(SQLModel, table=True):
+    __tablename__ = "decisions"
+    decision_id: str = Field(primary_key=True)
+    workload_id: str = Field(index=True)
+    spoke_id: str
+    subject: str
+    payload: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    created_at: float
+    published: bool = Field(default=False, index=True)
+
+
+class SpokeRow(SQLModel, table=True):
+    __tablename__ = "spokes"
+    id: str = Field(primary_key=True)
+    region: str
+    kind: str
+    first_seen: float
+    last_seen: float
+    report: str | None = None
+
+
+class Store:
+    """Persistence of workloads, decisions and spokes."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        self.engine: Engine = create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        SQLModel.metadata.create_all(self.engine)
+
+    @classmethod
+    def sqlite(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return cls(f"sqlite:///{path}")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- workloads ---
+
+    def save(
+        self,
+        workloads: Iterable[WorkloadRecord] = (),
+        decisions: Iterable[DecisionRecord] = (),
+    ) -> None:
+        """Insert or update workloads and decisions in one transaction (idempotent)."""
+        with Session(self.engine) as session:
+            for w in workloads:
+                session.merge(
+                    WorkloadRow(
+                        id=w.id,
+                        team=w.spec.team,
+                        phase=w.phase.value,
+                        submitted_at=w.submitted_at,
+                        data=w.model_dump_json(),
+                    )
+                )
+            for d in decisions:
+                session.merge(DecisionRow(**d.model_dump()))
+            session.commit()
+
+    def get(self, workload_id: str) -> WorkloadRecord | None:
+        with Session(self.engine) as session:
+            row = session.get(WorkloadRow, workload_id)
+            return None if row is None else WorkloadRecord.model_validate_json(row.data)
+
+    def active(self) -> list[WorkloadRecord]:
+        """Every workload not in a terminal phase, oldest first."""
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(WorkloadRow)
+                .where(col(WorkloadRow.phase).not_in(_TERMINAL))
+                .order_by(col(WorkloadRow.submitted_at))
+            ).all()
+            return [WorkloadRecord.model_validate_json(r.data) for r in rows]
+
+    def find(
+        self,
+        *,
+        team: str | None = None,
+        phases: Sequence[Phase] = (),
+        limit: int = 500,
+    ) -> list[WorkloadRecord]:
+        """Workloads, newest first."""
+        with Session(self.engine) as session:
+            query = select(WorkloadRow)
+            if team:
+                query = query.where(WorkloadRow.team == team)
+            if phases:
+                query = query.where(col(WorkloadRow.phase).in_([p.value for p in phases]))
+            query = query.order_by(col(WorkloadRow.submitted_at).desc()).limit(limit)
+            return [WorkloadRecord.model_validate_json(r.data) for r in session.exec(query)]
+
+    # --- decisions ---
+
+    def mark_published(self, decision_ids: Iterable[str]) -> None:
+        ids = list(decision_ids)
+        if not ids:
+            return
+        with Session(self.engine) as session:
+            for row in session.exec(
+                select(DecisionRow).where(col(DecisionRow.decision_id).in_(ids))
+            ):
+                row.published = True
+                session.add(row)
+            session.commit()
+
+    def unpublished(self) -> list[DecisionRecord]:
+        """Decisions persisted but maybe not published (re-sent at start-up)."""
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(DecisionRow)
+                .where(col(DecisionRow.published).is_(False))
+                .order_by(col(DecisionRow.created_at))
+            ).all()
+            return [DecisionRecord.model_validate(r.model_dump()) for r in rows]
+
+    # --- spokes ---
+
+    def save_spoke(self, spoke: SpokeRecord) -> None:
+        with Session(self.engine) as session:
+            session.merge(
+                SpokeRow(
+                    id=spoke.id,
+                    region=spoke.region,
+                    kind=spoke.kind,
+                    first_seen=spoke.first_seen,
+                    last_seen=spoke.last_seen,
+                    report=spoke.report.model_dump_json() if spoke.report else None,
+                )
+            )
+            session.commit()
+
+    def spokes(self) -> list[SpokeRecord]:
+        with Session(self.engine) as session:
+            rows = session.exec(select(SpokeRow).order_by(col(SpokeRow.id))).all()
+            return [
+                SpokeRecord(
+                    id=r.id,
+                    region=r.region,
+                    kind=r.kind,
+                    first_seen=r.first_seen,
+                    last_seen=r.last_seen,
+                    report=CapacityReport.model_validate_json(r.report) if r.report else None,
+                )
+                for r in rows
+            ]
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers (the API) run beside the writer; NORMAL sync is crash-safe under WAL.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

@@ -1,0 +1,307 @@
+"""The spoke agent: report capacity, apply the hub's commands, report what happens to work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Callable
+
+import structlog
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from bus.client import Bus
+from schemas import (
+    Assignment,
+    CancelCommand,
+    CapacityReport,
+    EventPhase,
+    NodeCapacity,
+    PlaceCommand,
+    PreemptCommand,
+    RunningRef,
+    WorkloadEvent,
+    parse_command,
+    subjects,
+)
+from spoke.errors import SpokeError
+from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
+from spoke.settings import SpokeSettings
+
+log = structlog.get_logger(__name__)
+
+_EPS = 1e-9
+#: Heartbeats triggered by a change are spaced at least this far apart (they coalesce).
+MIN_REPORT_INTERVAL_S = 0.05
+#: Decision ids remembered to drop repeats (JetStream dedupes inside its window; this is after).
+SEEN_DECISIONS = 100_000
+
+
+class SpokeAgent:
+    """One spoke: owns its runtime and its side of the capacity, commands and events subjects."""
+
+    def __init__(
+        self,
+        settings: SpokeSettings,
+        bus: Bus,
+        inventory: Inventory,
+        runtime_factory: Callable[[EventSink], Runtime],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.inventory = inventory
+        self.runtime = runtime_factory(self._on_runtime_event)
+        self.clock = clock
+        self.incarnation = f"{int(clock())}-{secrets.token_hex(4)}"
+        self.counters: Counter[str] = Counter()
+        self.ready = asyncio.Event()
+        self._nodes: dict[str, NodeInventory] = {}
+        self._allocations: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
+        self._epochs: dict[str, int] = {}  # highest assignment epoch seen per workload
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._outbox: asyncio.Queue[WorkloadEvent] = asyncio.Queue()
+        self._report_now = asyncio.Event()
+        self._seq = 0
+        self._stops: set[asyncio.Task[None]] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set."""
+        await self._refresh_inventory()
+        for wid, epoch in (await self.runtime.adopt()).items():
+            self._epochs[wid] = epoch
+        await self.bus.connect()
+        tasks = [
+            asyncio.create_task(self._heartbeat_loop(stop), name="spoke-heartbeat"),
+            asyncio.create_task(self._outbox_loop(), name="spoke-outbox"),
+        ]
+        try:
+            await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
+            consumer = asyncio.create_task(
+                self.bus.consume(
+                    subjects.COMMANDS_STREAM,
+                    subjects.spoke_consumer(self.settings.id),
+                    subjects.commands(self.settings.id),
+                    self._on_command_msg,
+                    stop,
+                ),
+                name="spoke-commands",
+            )
+            tasks.append(consumer)
+            self.ready.set()
+            log.info("spoke_ready", spoke=self.settings.id, nodes=len(self._nodes))
+            await stop.wait()
+        finally:
+            await self.runtime.close()
+            await self._drain_outbox(within_s=3.0)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.bus.close()
+            log.info("spoke_stopped", spoke=self.settings.id)
+
+    # --- capacity ---
+
+    def report(self) -> CapacityReport:
+        """The heartbeat as it would be sent now."""
+        self._seq += 1
+        running = self.runtime.running()
+        return CapacityReport(
+            spoke_id=self.settings.id,
+            region=self.settings.region,
+            kind=self.settings.kind,
+            incarnation=self.incarnation,
+            seq=self._seq,
+            nodes=tuple(self._node_capacity(n) for n in self._nodes.values()),
+            running=tuple(RunningRef(workload_id=w, epoch=e) for w, e in sorted(running.items())),
+            labels=self.settings.labels,
+            price_per_gpu_hour=self.settings.price_per_gpu_hour,
+            sent_at=self.clock(),
+        )
+
+    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self._refresh_inventory()
+                await self.bus.publish(
+                    subjects.capacity(self.settings.id), self.report().model_dump_json().encode()
+                )
+            except Exception as exc:  # a failed heartbeat is logged; the next one may work
+                log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._report_now.wait(), self.settings.heartbeat_s)
+            self._report_now.clear()
+            await asyncio.sleep(MIN_REPORT_INTERVAL_S)
+
+    async def _refresh_inventory(self) -> None:
+        self._nodes = {n.name: n for n in await self.inventory.nodes()}
+
+    def _usage(self, node: str) -> tuple[set[int], dict[int, float]]:
+        whole: set[int] = set()
+        shared: dict[int, float] = defaultdict(float)
+        for _epoch, assignments in self._allocations.values():
+            for a in assignments:
+                if a.node != node:
+                    continue
+                if a.fraction is None:
+                    whole.update(a.devices)
+                else:
+                    for d in a.devices:
+                        shared[d] += a.fraction
+        return whole, shared
+
+    def _node_capacity(self, node: NodeInventory) -> NodeCapacity:
+        whole, shared = self._usage(node.name)
+        free = [d for d in range(node.gpu_count) if d not in whole and d not in shared]
+        if node.busy_outside:
+            free = free[: max(0, len(free) - node.busy_outside)]
+        return NodeCapacity(
+            name=node.name,
+            gpu_model=node.gpu_model,
+            gpu_count=node.gpu_count,
+            free_devices=tuple(free),
+            device_free_fraction={d: max(0.0, 1.0 - used) for d, used in shared.items()},
+            labels=node.labels,
+            schedulable=node.schedulable,
+        )
+
+    # --- commands ---
+
+    async def _on_command_msg(self, msg: Msg) -> None:
+        try:
+            command = parse_command(msg.data)
+        except ValidationError as exc:
+            self.counters["malformed"] += 1
+            log.warning("malformed_command", subject=msg.subject, error=str(exc)[:500])
+            await msg.ack()  # acked so it is not redelivered forever
+            return
+        if command.decision_id in self._seen:
+            self.counters["duplicate"] += 1
+            log.info("duplicate_decision", decision=command.decision_id)
+        elif isinstance(command, PlaceCommand):
+            await self._place(command)
+        else:
+            self._stop(command)
+        self._remember(command.decision_id)
+        await msg.ack()
+
+    async def _place(self, command: PlaceCommand) -> None:
+        wid = command.workload_id
+        known = self._epochs.get(wid, -1)
+        if command.epoch <= known:
+            self.counters["stale"] += 1
+            log.info("stale_place_dropped", workload=wid, epoch=command.epoch, known=known)
+            return
+        problem = self._check(command)
+        if problem is not None:
+            log.warning("placement_rejected", workload=wid, problem=problem)
+            await self._emit(
+                wid, command.epoch, EventPhase.REJECTED, reason="bad_assignment", message=problem
+            )
+            return
+        self._epochs[wid] = command.epoch
+        self._allocations[wid] = (command.epoch, command.assignments)
+        launch = Launch(wid, command.epoch, command.decision_id, command.spec, command.assignments)
+        try:
+            await self.runtime.start(launch)
+        except SpokeError as exc:
+            self._allocations.pop(wid, None)
+            await self._emit(
+                wid, command.epoch, EventPhase.REJECTED, reason="runtime_error", message=str(exc)
+            )
+        self._report_now.set()
+
+    def _check(self, command: PlaceCommand) -> str | None:
+        """Why this assignment cannot be honoured here, or None."""
+        for a in command.assignments:
+            node = self._nodes.get(a.node)
+            if node is None:
+                return f"no node {a.node!r} on spoke {self.settings.id}"
+            bad = [d for d in a.devices if not 0 <= d < node.gpu_count]
+            if bad:
+                return f"node {a.node} has no device {bad[0]} (it has {node.gpu_count})"
+            whole, shared = self._usage(a.node)
+            for d in a.devices:
+                if d in whole:
+                    return f"device {d} of node {a.node} is in use"
+                if a.fraction is None and d in shared:
+                    return f"device {d} of node {a.node} is shared by fractional work"
+                if a.fraction is not None and shared.get(d, 0.0) + a.fraction > 1.0 + _EPS:
+                    return f"device {d} of node {a.node} has only {1 - shared[d]:g} free"
+        return None
+
+    def _stop(self, command: CancelCommand | PreemptCommand) -> None:
+        wid = command.workload_id
+        if self._epochs.get(wid, -1) > command.epoch:
+            self.counters["stale"] += 1
+            return
+        if isinstance(command, CancelCommand):
+            phase, grace = EventPhase.CANCELLED, self.settings.stop_grace_s
+        else:
+            phase, grace = EventPhase.PREEMPTED, command.grace_s
+        # Stopping waits out a grace period: do it beside the command stream, not in it.
+        task = asyncio.create_task(self.runtime.stop(wid, grace, phase))
+        self._stops.add(task)
+        task.add_done_callback(self._stops.discard)
+
+    def _remember(self, decision_id: str) -> None:
+        self._seen[decision_id] = None
+        while len(self._seen) > SEEN_DECISIONS:
+            self._seen.popitem(last=False)
+
+    # --- events ---
+
+    async def _on_runtime_event(self, event: RuntimeEvent) -> None:
+        if event.phase != EventPhase.RUNNING:
+            current = self._allocations.get(event.workload_id)
+            if current is not None and current[0] == event.epoch:
+                del self._allocations[event.workload_id]
+            self._report_now.set()
+        await self._emit(
+            event.workload_id,
+            event.epoch,
+            event.phase,
+            exit_code=event.exit_code,
+            reason=event.reason,
+            message=event.message,
+        )
+
+    async def _emit(
+        self,
+        workload_id: str,
+        epoch: int,
+        phase: EventPhase,
+        *,
+        exit_code: int | None = None,
+        reason: str = "",
+        message: str = "",
+    ) -> None:
+        event = WorkloadEvent(
+            event_id=f"{self.settings.id}-{workload_id}-e{epoch}-{phase.value}",
+            spoke_id=self.settings.id,
+            workload_id=workload_id,
+            epoch=epoch,
+            phase=phase,
+            exit_code=exit_code,
+            reason=reason,
+            message=message[:4096],
+            at=self.clock(),
+        )
+        await self._outbox.put(event)
+
+    async def _outbox_loop(self) -> None:
+        # One publisher keeps events in order; each is retried until JetStream has it.
+        subject = subjects.events(self.settings.id)
+        while True:
+            event = await self._outbox.get()
+            await self.bus.publish_durable(
+                subject, event.model_dump_json().encode(), event.event_id
+            )
+            self._outbox.task_done()
+
+    async def _drain_outbox(self, within_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._outbox.join(), within_s)

@@ -1,0 +1,29 @@
+"""The spoke's one settings model, read once in main and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from schemas import SpokeKind
+
+
+class SpokeSettings(BaseModel):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+    region: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    kind: SpokeKind = SpokeKind.ONPREM
+    nats_url: str = "nats://127.0.0.1:4222"
+    inventory: str = "static:inventory.yaml"
+    runtime: str = "local"
+    state_dir: Path = Path(".gpufed/spokes")
+    heartbeat_s: float = Field(default=2.0, gt=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    price_per_gpu_hour: float = Field(default=0.0, ge=0)
+    stop_grace_s: float = Field(default=5.0, ge=0)
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+
+    @property
+    def workdir(self) -> Path:
+        return self.state_dir / self.id
