@@ -44,7 +44,7 @@ class Federation:
     def __init__(self, data_dir: Path, api_port: int, fleet: tuple[SimSpoke, ...] = FLEET) -> None:
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
-        self.api_port = api_port
+        self.api_port = api_port or free_port()
         self.nats = EmbeddedNats(self.data_dir / "nats")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order

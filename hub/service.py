@@ -75,6 +75,8 @@ class HubService:
         self.counters: Counter[str] = Counter()
         self.ready = asyncio.Event()
         self._spoke_persisted: dict[str, float] = {}
+        # Workloads seen ending whose spoke's last report may still list them (see fleet).
+        self._ended: dict[str, tuple[RunningWorkload, int]] = {}
         self._trigger = asyncio.Event()
         self._lock = asyncio.Lock()
         self._db_limiter = anyio.CapacityLimiter(1)
@@ -220,7 +222,8 @@ class HubService:
             ]
             if not pending:
                 return Plan()
-            result = plan_placement(self.snapshot(now), pending, self._running(), self.policy, now)
+            running = self._running()
+            result = plan_placement(self.snapshot(now, running), pending, running, self.policy, now)
             changed, decisions = self._apply(result, now)
             if changed or decisions:
                 await self.db(self.store.save, changed, decisions)
@@ -229,28 +232,29 @@ class HubService:
         await self._publish(decisions)
         return result
 
-    def snapshot(self, now: float) -> Snapshot:
+    def snapshot(self, now: float, running: Sequence[RunningWorkload] | None = None) -> Snapshot:
         """The fleet as placement sees it, assumed allocations taken off."""
-        active = [(rw, self.workloads[rw.id].epoch) for rw in self._running()]
+        running = self._running() if running is None else running
+        active = [(rw, self.workloads[rw.id].epoch) for rw in running]
         accepting = {sid: self.spoke_accepts_work(sid, now) for sid in self.reports}
-        return build_snapshot(self.reports, active, accepting)
+        self._forget_reported_ends()
+        return build_snapshot(self.reports, active, accepting, self._ended.values())
+
+    def _forget_reported_ends(self) -> None:
+        listed = {
+            sid: {(r.workload_id, r.epoch) for r in report.running}
+            for sid, report in self.reports.items()
+        }
+        for wid, (rw, epoch) in list(self._ended.items()):
+            if (wid, epoch) not in listed.get(rw.spoke_id, ()):
+                del self._ended[wid]
 
     def spoke_accepts_work(self, spoke_id: str, now: float) -> bool:
         spoke = self.spokes.get(spoke_id)
         return spoke is not None and now - spoke.last_seen < self.settings.suspect_after_s
 
     def _running(self) -> list[RunningWorkload]:
-        return [
-            RunningWorkload(
-                id=w.id,
-                spec=w.spec,
-                spoke_id=w.spoke_id,
-                assignments=w.assignments,
-                started_at=w.started_at or w.placed_at or w.submitted_at,
-            )
-            for w in self.workloads.values()
-            if w.phase.active and w.spoke_id is not None
-        ]
+        return [rw for w in self.workloads.values() if (rw := _as_running(w)) is not None]
 
     def _apply(self, result: Plan, now: float) -> tuple[list[WorkloadRecord], list[DecisionRecord]]:
         changed: list[WorkloadRecord] = []
@@ -394,10 +398,14 @@ class HubService:
                     epoch=event.epoch,
                     phase=event.phase.value,
                 )
-            elif self._apply_event(record, event):
-                await self.db(self.store.save, [record])
-                if record.phase.terminal:
-                    del self.workloads[record.id]
+            else:
+                before, epoch = _as_running(record), record.epoch
+                if self._apply_event(record, event):
+                    await self.db(self.store.save, [record])
+                    if before is not None and not record.phase.active:
+                        self._ended[record.id] = (before, epoch)
+                    if record.phase.terminal:
+                        del self.workloads[record.id]
         await msg.ack()
         self.counters["events"] += 1
         self.trigger()
@@ -464,6 +472,19 @@ class HubService:
         return await anyio.to_thread.run_sync(
             functools.partial(fn, *args, **kwargs), limiter=self._db_limiter
         )
+
+
+def _as_running(w: WorkloadRecord) -> RunningWorkload | None:
+    """The core's view of a workload that holds GPUs; None if it holds none."""
+    if not w.phase.active or w.spoke_id is None:
+        return None
+    return RunningWorkload(
+        id=w.id,
+        spec=w.spec,
+        spoke_id=w.spoke_id,
+        assignments=w.assignments,
+        started_at=w.started_at or w.placed_at or w.submitted_at,
+    )
 
 
 def validation_error(exc: ValidationError) -> ErrorReply:

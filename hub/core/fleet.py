@@ -6,33 +6,44 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from hub.core.model import Node, RunningWorkload, Snapshot, Spoke
-from schemas import CapacityReport, NodeCapacity
+from schemas import Assignment, CapacityReport, NodeCapacity
+
+_NodeKey = tuple[str, str]  # (spoke id, node name)
 
 
 def build_snapshot(
     reports: Mapping[str, CapacityReport],
     active: Iterable[tuple[RunningWorkload, int]],
     accepting: Mapping[str, bool],
+    ended: Iterable[tuple[RunningWorkload, int]] = (),
 ) -> Snapshot:
     """The fleet as placement should see it.
 
     `active` lists every workload the hub has placed and not yet seen end, with its epoch. Those
     the spoke's report does not show running yet are *assumed*: their devices are taken off the
     report's free devices, so a stale report never lets a device be given twice.
+
+    `ended` lists workloads whose end the hub has already heard of. A spoke releases a
+    workload's devices before it reports the end, so where its last report still shows one of
+    them running, its devices are free again without waiting for the next report.
     """
-    assumed: dict[tuple[str, str], list[tuple[tuple[int, ...], float | None]]] = defaultdict(list)
+    taken: dict[_NodeKey, list[Assignment]] = defaultdict(list)
+    given_back: dict[_NodeKey, list[Assignment]] = defaultdict(list)
     for workload, epoch in active:
-        report = reports.get(workload.spoke_id)
-        if report is not None and any(
-            r.workload_id == workload.id and r.epoch == epoch for r in report.running
-        ):
-            continue
-        for a in workload.assignments:
-            assumed[(workload.spoke_id, a.node)].append((a.devices, a.fraction))
+        if not _reported_running(reports, workload, epoch):
+            for a in workload.assignments:
+                taken[(workload.spoke_id, a.node)].append(a)
+    for workload, epoch in ended:
+        if _reported_running(reports, workload, epoch):
+            for a in workload.assignments:
+                given_back[(workload.spoke_id, a.node)].append(a)
     spokes = []
     for spoke_id in sorted(reports):
         report = reports[spoke_id]
-        nodes = tuple(_node(spoke_id, n, assumed) for n in report.nodes)
+        nodes = tuple(
+            _node(n, taken.get((spoke_id, n.name), ()), given_back.get((spoke_id, n.name), ()))
+            for n in report.nodes
+        )
         spokes.append(
             Spoke(
                 id=spoke_id,
@@ -47,28 +58,45 @@ def build_snapshot(
     return Snapshot(spokes=tuple(spokes))
 
 
+def _reported_running(
+    reports: Mapping[str, CapacityReport], workload: RunningWorkload, epoch: int
+) -> bool:
+    report = reports.get(workload.spoke_id)
+    return report is not None and any(
+        r.workload_id == workload.id and r.epoch == epoch for r in report.running
+    )
+
+
 def _node(
-    spoke_id: str,
-    node: NodeCapacity,
-    assumed: Mapping[tuple[str, str], list[tuple[tuple[int, ...], float | None]]],
+    node: NodeCapacity, taken: Iterable[Assignment], given_back: Iterable[Assignment]
 ) -> Node:
     free = set(node.free_devices)
     shared = dict(node.device_free_fraction)
-    for devices, fraction in assumed.get((spoke_id, node.name), ()):
-        for device in devices:
-            if fraction is None:
+    for a in given_back:
+        for device in a.devices:
+            if a.fraction is None:
+                free.add(device)
+            else:
+                shared[device] = min(1.0, shared.get(device, 0.0) + a.fraction)
+    for device, left in list(shared.items()):
+        if left >= 1.0 - 1e-9:  # every share handed back: whole again
+            del shared[device]
+            free.add(device)
+    for a in taken:
+        for device in a.devices:
+            if a.fraction is None:
                 free.discard(device)
                 shared.pop(device, None)
             elif device in free:
                 free.discard(device)
-                shared[device] = 1.0 - fraction
+                shared[device] = 1.0 - a.fraction
             else:
-                shared[device] = max(0.0, shared.get(device, 0.0) - fraction)
+                shared[device] = max(0.0, shared.get(device, 0.0) - a.fraction)
     return Node(
         name=node.name,
         gpu_model=node.gpu_model,
         gpu_count=node.gpu_count,
-        free=tuple(sorted(free)),
+        free=tuple(sorted(d for d in free if 0 <= d < node.gpu_count)),
         free_fraction=shared,
         labels=node.labels,
         schedulable=node.schedulable,

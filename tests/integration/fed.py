@@ -1,0 +1,142 @@
+"""An in-process federation over a real nats-server: hub and spokes as tasks of one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bus.client import Bus, BusSettings
+from hub.api import create_app
+from hub.core.policy import Policy
+from hub.service import HubService
+from hub.settings import HubSettings
+from hub.store import Store
+from schemas import Phase
+from spoke.agent import SpokeAgent
+from spoke.inventory.static import StaticInventory
+from spoke.ports import NodeInventory
+from spoke.runtime.local import LocalRuntime
+from spoke.settings import SpokeSettings
+
+
+def nodes(prefix: str, count: int, gpus: int, model: str) -> list[NodeInventory]:
+    return [NodeInventory(f"{prefix}-n{i}", model, gpus) for i in range(count)]
+
+
+class InProcessFederation:
+    """Start and stop a hub and spokes; talk to the hub's REST API without a socket."""
+
+    def __init__(self, nats_url: str, root: Path, policy: Policy | None = None) -> None:
+        self.nats_url = nats_url
+        self.root = root
+        self.policy = policy
+        self.hub: HubService | None = None
+        self.spokes: dict[str, SpokeAgent] = {}
+        self._stops: dict[str, asyncio.Event] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.api: httpx.AsyncClient | None = None
+
+    async def start_hub(self, **overrides: Any) -> HubService:
+        settings = HubSettings(nats_url=self.nats_url, data_dir=self.root / "hub", **overrides)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = Store(settings.resolved_store_url())
+        hub = HubService(settings, store, Bus(BusSettings(url=self.nats_url, name="hub")), self.policy)
+        self.hub = hub
+        self._spawn("hub", hub.run)
+        await asyncio.wait_for(hub.ready.wait(), 10)
+        transport = httpx.ASGITransport(app=create_app(hub))
+        self.api = httpx.AsyncClient(transport=transport, base_url="http://hub")
+        return hub
+
+    async def start_spoke(
+        self,
+        spoke_id: str,
+        region: str,
+        inventory: list[NodeInventory],
+        *,
+        heartbeat_s: float = 0.5,
+        runtime: Callable[..., Any] | None = None,
+    ) -> SpokeAgent:
+        settings = SpokeSettings(
+            id=spoke_id,
+            region=region,
+            nats_url=self.nats_url,
+            state_dir=self.root / "spokes",
+            heartbeat_s=heartbeat_s,
+            stop_grace_s=2.0,
+        )
+        log_dir = settings.workdir / "logs"
+        agent = SpokeAgent(
+            settings,
+            Bus(BusSettings(url=self.nats_url, name=f"spoke-{spoke_id}")),
+            StaticInventory(inventory),
+            runtime or (lambda sink: LocalRuntime(sink, log_dir)),
+        )
+        self.spokes[spoke_id] = agent
+        self._spawn(spoke_id, agent.run)
+        await asyncio.wait_for(agent.ready.wait(), 10)
+        return agent
+
+    async def wait_spokes(self, count: int, timeout: float = 10) -> None:
+        assert self.hub is not None
+        await until(lambda: len(self.hub.reports) >= count, timeout)  # type: ignore[union-attr]
+
+    async def submit(self, **spec: Any) -> str:
+        assert self.api is not None
+        response = await self.api.post("/v1/workloads", json=spec)
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    async def workload(self, workload_id: str) -> dict[str, Any]:
+        assert self.api is not None
+        response = await self.api.get(f"/v1/workloads/{workload_id}")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    async def wait_phase(
+        self, workload_id: str, phases: set[Phase], timeout: float = 20
+    ) -> dict[str, Any]:
+        wanted = {p.value for p in phases}
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            record = await self.workload(workload_id)
+            if record["phase"] in wanted:
+                return record
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{workload_id} stuck in {record['phase']}: {record}")
+            await asyncio.sleep(0.05)
+
+    async def stop(self, name: str) -> None:
+        self._stops[name].set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self._tasks.pop(name), 15)
+
+    async def close(self) -> None:
+        for name in list(self._tasks):
+            if name != "hub":
+                await self.stop(name)
+        if "hub" in self._tasks:
+            await self.stop("hub")
+        if self.api is not None:
+            await self.api.aclose()
+        if self.hub is not None:
+            self.hub.store.close()
+
+    def _spawn(self, name: str, run: Callable[[asyncio.Event], Any]) -> None:
+        stop = asyncio.Event()
+        self._stops[name] = stop
+        self._tasks[name] = asyncio.create_task(run(stop), name=name)
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10, every: float = 0.02) -> None:
+    """Wait until `predicate()` holds; fail the test after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(every)

@@ -1,0 +1,123 @@
+"""Bad input never crashes the hub, never loops, and is answered naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from bus.client import Bus, BusSettings
+from bus.natsserver import EmbeddedNats
+from schemas import Phase, SubmitReply, subjects
+from tests.integration.fed import InProcessFederation, nodes, until
+
+pytestmark = pytest.mark.integration
+
+GOOD = {"name": "ok", "team": "vision", "command": ["true"]}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"gpus_per_node": 0}, "gpus_per_node"),
+        ({"gpus_per_node": 1000}, "gpus_per_node"),
+        ({"nodes": -1}, "nodes"),
+        ({"name": "Not_A_DNS_Label"}, "name"),
+        ({"team": ""}, "team"),
+        ({"command": []}, "command"),
+        ({"command": ["x" * 70_000]}, "command"),
+        ({"env": {"1BAD": "x"}}, "env"),
+        ({"env": {f"K{i}": "v" for i in range(200)}}, "env"),
+        ({"gpu_fraction": 1.5}, "gpu_fraction"),
+        ({"priority_class": "vip"}, "priority_class"),
+    ],
+)
+async def test_rest_refuses_bad_workloads_naming_the_field(
+    fed: InProcessFederation, change: dict[str, object], field: str
+) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    response = await fed.api.post("/v1/workloads", json={**GOOD, **change})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["field"] == field
+    assert body["code"] == "invalid_workload" and body["message"]
+    listed = await fed.api.get("/v1/workloads")
+    assert listed.json() == []  # nothing was stored
+
+
+async def test_rest_refuses_fraction_of_a_gang_and_non_json(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    response = await fed.api.post("/v1/workloads", json={**GOOD, "gpu_fraction": 0.5, "nodes": 2})
+    assert response.status_code == 422
+    assert "gpu_fraction" in response.json()["message"]
+    response = await fed.api.post("/v1/workloads", content=b"{oops")
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_json"
+    response = await fed.api.get("/v1/workloads", params={"phase": "sleeping"})
+    assert response.status_code == 422
+    assert response.json()["field"] == "phase"
+
+
+async def test_nats_submit_answers_errors_naming_the_field(
+    fed: InProcessFederation, nats_server: EmbeddedNats
+) -> None:
+    await fed.start_hub()
+    bus = Bus(BusSettings(url=nats_server.url))
+    await bus.connect()
+    bad = await bus.nc.request(subjects.SUBMIT, json.dumps({**GOOD, "nodes": 0}).encode(), 5)
+    reply = SubmitReply.model_validate_json(bad.data)
+    assert not reply.ok and reply.error is not None
+    assert reply.error.field == "nodes"
+    garbage = await bus.nc.request(subjects.SUBMIT, b"\xff\xfe", 5)
+    assert not SubmitReply.model_validate_json(garbage.data).ok
+    good = await bus.nc.request(subjects.SUBMIT, json.dumps(GOOD).encode(), 5)
+    reply = SubmitReply.model_validate_json(good.data)
+    assert reply.ok and reply.workload_id
+    await bus.close()
+
+
+async def test_malformed_messages_are_counted_acked_and_survived(
+    fed: InProcessFederation, nats_server: EmbeddedNats
+) -> None:
+    hub = await fed.start_hub()
+    bus = Bus(BusSettings(url=nats_server.url))
+    await bus.connect()
+    await bus.publish(subjects.capacity("eu-9"), b"not json")
+    await bus.publish(subjects.capacity("eu-9"), json.dumps({"spoke_id": "eu-9"}).encode())
+    await bus.publish_durable(subjects.events("eu-9"), b"\x00\x01", "bad-event-1")
+    await bus.publish_durable(subjects.events("eu-9"), b'{"phase": "exploded"}', "bad-event-2")
+    await until(lambda: hub.counters["malformed"] == 4)
+    info = await bus.js.consumer_info(subjects.EVENTS_STREAM, subjects.HUB_EVENTS_CONSUMER)
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0
+    # The hub still works.
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    wid = await fed.submit(**GOOD)
+    assert (await fed.wait_phase(wid, {Phase.SUCCEEDED}))["phase"] == "succeeded"
+    await bus.close()
+
+
+async def test_workload_that_fits_nowhere_stays_queued_with_a_reason(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "H100"))
+    await fed.wait_spokes(1)
+    wrong_model = await fed.submit(**{**GOOD, "name": "b200", "gpu_model": "B200"})
+    too_big = await fed.submit(**{**GOOD, "name": "huge", "gpus_per_node": 8, "nodes": 3})
+    for wid, needle in ((wrong_model, "B200"), (too_big, "3")):
+        await until_reason(fed, wid)
+        record = await fed.workload(wid)
+        assert record["phase"] == "queued"
+        assert record["reason"]
+        assert needle in record["message"]
+
+
+async def until_reason(fed: InProcessFederation, wid: str) -> None:
+    for _ in range(200):
+        if (await fed.workload(wid))["reason"]:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{wid} has no reason")

@@ -1,0 +1,126 @@
+"""The spoke's side of the command stream: duplicates, staleness, malformed commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from bus.client import Bus, BusSettings
+from bus.natsserver import EmbeddedNats
+from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, subjects
+from tests.integration.fed import InProcessFederation, nodes, until
+
+pytestmark = pytest.mark.integration
+
+
+async def _bus(url: str) -> Bus:
+    bus = Bus(BusSettings(url=url, name="test"))
+    await bus.connect()
+    await bus.ensure_streams()
+    return bus
+
+
+def _place(tmp_path: Path, epoch: int = 1, decision: str = "wdup-e1-place") -> PlaceCommand:
+    spec = WorkloadSpec(
+        name="dup", team="t", command=("sh", "-c", f"echo ran >> {tmp_path / 'ran.log'}")
+    )
+    return PlaceCommand(
+        decision_id=decision,
+        workload_id="wdup",
+        epoch=epoch,
+        spec=spec,
+        assignments=(Assignment(node="eu-1-n0", devices=(0,)),),
+    )
+
+
+async def test_same_decision_published_twice_runs_once(
+    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    bus = await _bus(nats_server.url)
+    events: list[WorkloadEvent] = []
+
+    async def collect(msg: object) -> None:
+        events.append(WorkloadEvent.model_validate_json(msg.data))  # type: ignore[attr-defined]
+
+    await bus.nc.subscribe(subjects.events("eu-1"), cb=collect)
+    spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    command = _place(tmp_path).model_dump_json().encode()
+    subject = subjects.commands("eu-1")
+    first = await bus.publish_durable(subject, command, "wdup-e1-place")
+    second = await bus.publish_durable(subject, command, "wdup-e1-place")
+    assert second.duplicate and not first.duplicate  # JetStream dropped the repeat
+    # Past JetStream's dedupe window the same decision can arrive under another message id.
+    await bus.publish_durable(subject, command, "wdup-e1-place-resent")
+    await until(lambda: sum(e.phase == "succeeded" for e in events) >= 1)
+    await until(lambda: spoke.counters["duplicate"] == 1)
+    await asyncio.sleep(0.3)
+    assert (tmp_path / "ran.log").read_text().splitlines() == ["ran"]
+    assert [e.phase.value for e in events] == ["running", "succeeded"]
+    await bus.close()
+
+
+async def test_older_epoch_is_never_run(
+    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    bus = await _bus(nats_server.url)
+    spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    subject = subjects.commands("eu-1")
+    newer = _place(tmp_path, epoch=2, decision="wdup-e2-place")
+    older = _place(tmp_path, epoch=1, decision="wdup-e1-place")
+    await bus.publish_durable(subject, newer.model_dump_json().encode(), newer.decision_id)
+    await bus.publish_durable(subject, older.model_dump_json().encode(), older.decision_id)
+    await until(lambda: spoke.counters["stale"] == 1)
+    await until(lambda: (tmp_path / "ran.log").exists())
+    await asyncio.sleep(0.3)
+    assert (tmp_path / "ran.log").read_text().splitlines() == ["ran"]
+    await bus.close()
+
+
+async def test_malformed_command_is_acked_and_counted(
+    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    bus = await _bus(nats_server.url)
+    spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    subject = subjects.commands("eu-1")
+    await bus.publish_durable(subject, b"{not json", "garbage-1")
+    await bus.publish_durable(subject, json.dumps({"kind": "place"}).encode(), "garbage-2")
+    await until(lambda: spoke.counters["malformed"] == 2)
+    # Still serving: a good command after the bad ones runs.
+    good = _place(tmp_path)
+    await bus.publish_durable(subject, good.model_dump_json().encode(), good.decision_id)
+    await until(lambda: (tmp_path / "ran.log").exists())
+    info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, subjects.spoke_consumer("eu-1"))
+    assert info.num_redelivered == 0
+    await bus.close()
+
+
+async def test_assignment_of_a_busy_device_is_rejected(
+    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    bus = await _bus(nats_server.url)
+    events: list[WorkloadEvent] = []
+
+    async def collect(msg: object) -> None:
+        events.append(WorkloadEvent.model_validate_json(msg.data))  # type: ignore[attr-defined]
+
+    await bus.nc.subscribe(subjects.events("eu-1"), cb=collect)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    subject = subjects.commands("eu-1")
+    spec = WorkloadSpec(name="a", team="t", command=("sleep", "5"))
+    for wid in ("wa", "wb"):
+        cmd = PlaceCommand(
+            decision_id=f"{wid}-e1-place",
+            workload_id=wid,
+            epoch=1,
+            spec=spec,
+            assignments=(Assignment(node="eu-1-n0", devices=(1,)),),
+        )
+        await bus.publish_durable(subject, cmd.model_dump_json().encode(), cmd.decision_id)
+    await until(lambda: any(e.phase == "rejected" for e in events))
+    rejected = next(e for e in events if e.phase == "rejected")
+    assert rejected.workload_id == "wb"
+    assert "device 1 of node eu-1-n0 is in use" in rejected.message
+    await bus.close()
