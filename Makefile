@@ -2,31 +2,41 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
+BASE_STAMP := $(VENV)/.base-installed
+DEV_STAMP := $(VENV)/.dev-installed
 
 .PHONY: demo test lint format clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
 
-demo: $(STAMP)
+# The demo needs only the runtime dependencies (a quicker first run).
+$(BASE_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install -e .
+	touch $@
+
+# Tests and linters need the test servers (PostgreSQL, moto, the Kubernetes emulator) too.
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[dev]'
+	touch $@ $(BASE_STAMP)
+
+demo: $(BASE_STAMP)
 	$(BIN)/gpufed up --demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/pytest -q
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-format: $(STAMP)
+format: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .gpufed
