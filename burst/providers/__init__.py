@@ -1,0 +1,1 @@
+"""Provisioners: adapters that start and stop cloud instances (see burst.ports.Provisioner)."""

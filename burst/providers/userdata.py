@@ -1,0 +1,113 @@
+"""User data that turns a fresh cloud instance into a gpufed spoke.
+
+Templates use `{{ name }}` placeholders (shell scripts are full of `$`, so string.Template and
+str.format do not fit). Every value is checked against a conservative character set, so it
+needs no quoting in either the shell or a systemd unit.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: EC2 rejects user data over 16 KiB (before base64).
+MAX_USER_DATA_BYTES = 16 * 1024
+
+# No quotes, spaces, `$`, `%` (systemd specifier), backslashes or shell metacharacters.
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@=+,-]+$")
+_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+
+DEFAULT_TEMPLATE = """#!/bin/bash
+# gpufed cloud burst spoke {{ burst_id }} (rendered by burst.providers.userdata)
+set -euo pipefail
+install -d -m 0755 /opt/gpufed
+if [ ! -x /opt/gpufed/venv/bin/gpufed ]; then
+  python3 -m venv /opt/gpufed/venv
+  /opt/gpufed/venv/bin/pip install --quiet {{ package }}
+fi
+cat > /etc/systemd/system/gpufed-spoke.service <<'UNIT'
+[Unit]
+Description=gpufed spoke {{ burst_id }}
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+ExecStart={{ command }}
+Restart=on-failure
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+# The unit holds the one-time join token: root only.
+chmod 0600 /etc/systemd/system/gpufed-spoke.service
+systemctl daemon-reload
+systemctl enable --now gpufed-spoke.service
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SpokeBoot:
+    """What a burst instance needs to join the hub as a cloud spoke."""
+
+    burst_id: str
+    region: str
+    nats_url: str
+    token: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    package: str = "gpufed[nvml]"
+    gpufed_bin: str = "/opt/gpufed/venv/bin/gpufed"
+
+    def command(self) -> str:
+        """The `gpufed spoke` command line the instance runs."""
+        parts = [
+            self.gpufed_bin,
+            "spoke",
+            "--id",
+            self.burst_id,
+            "--region",
+            self.region,
+            "--kind",
+            "cloud",
+            "--nats-url",
+            self.nats_url,
+            "--token",
+            self.token,
+        ]
+        for key, value in sorted(self.labels.items()):
+            parts += ["--label", f"{key}={value}"]
+        for part in parts:
+            _check_safe(part)
+        return " ".join(parts)
+
+
+def render_user_data(template: str, boot: SpokeBoot) -> str:
+    """Fill `template` for `boot`; raises ValueError for unknown placeholders, unsafe values
+    or a result over EC2's 16 KiB limit.
+
+    Placeholders: burst_id, region, nats_url, package (shell-quoted), command (the full
+    `gpufed spoke ...` line). The token appears only inside `command`.
+    """
+    values = {
+        "burst_id": boot.burst_id,
+        "region": boot.region,
+        "nats_url": boot.nats_url,
+        "package": shlex.quote(boot.package),
+        "command": boot.command(),
+    }
+    unknown = sorted({name for name in _PLACEHOLDER.findall(template) if name not in values})
+    if unknown:
+        raise ValueError(f"user data template has unknown placeholders: {', '.join(unknown)}")
+    rendered = _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
+    size = len(rendered.encode())
+    if size > MAX_USER_DATA_BYTES:
+        raise ValueError(f"user data is {size} bytes; EC2 accepts at most {MAX_USER_DATA_BYTES}")
+    return rendered
+
+
+def _check_safe(value: str) -> None:
+    if not _SAFE_VALUE.match(value):
+        # Never echo the value: it may be the token.
+        raise ValueError("user data value has characters outside [A-Za-z0-9._:/@=+,-]")

@@ -1,0 +1,72 @@
+"""User data: a spoke command line nobody can inject into."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from burst.providers.userdata import (
+    DEFAULT_TEMPLATE,
+    MAX_USER_DATA_BYTES,
+    SpokeBoot,
+    render_user_data,
+)
+
+BOOT = SpokeBoot(
+    burst_id="burst-3-0-abcd1234",
+    region="us-east-1",
+    nats_url="tls://hub.example.com:4222",
+    token="tok_ABC-123",
+    labels={"price": "45", "instance-type": "p5.48xlarge"},
+    package="gpufed[nvml]==0.1.0",
+)
+
+
+def test_default_template_runs_a_cloud_spoke() -> None:
+    script = render_user_data(DEFAULT_TEMPLATE, BOOT)
+    assert script.startswith("#!/bin/bash\n")
+    assert (
+        "ExecStart=/opt/gpufed/venv/bin/gpufed spoke --id burst-3-0-abcd1234 --region us-east-1"
+        " --kind cloud --nats-url tls://hub.example.com:4222 --token tok_ABC-123"
+        " --label instance-type=p5.48xlarge --label price=45\n"
+    ) in script
+    assert "pip install --quiet 'gpufed[nvml]==0.1.0'" in script
+    assert "{{" not in script
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"token": "x; rm -rf /"},
+        {"nats_url": "nats://$(id)"},
+        {"labels": {"a": "b c"}},
+        {"burst_id": "a\nExecStartPre=/bin/evil"},
+        {"region": "us-east-1%n"},
+    ],
+)
+def test_unsafe_values_are_refused_without_echoing_them(change: dict[str, object]) -> None:
+    fields: dict[str, Any] = {
+        "burst_id": BOOT.burst_id,
+        "region": BOOT.region,
+        "nats_url": BOOT.nats_url,
+        "token": BOOT.token,
+        "labels": BOOT.labels,
+    }
+    fields.update(change)
+    boot = SpokeBoot(**fields)
+    with pytest.raises(ValueError, match="outside") as caught:
+        render_user_data(DEFAULT_TEMPLATE, boot)
+    assert "rm -rf" not in str(caught.value)
+
+
+def test_unknown_placeholder_and_size_limit() -> None:
+    with pytest.raises(ValueError, match="unknown placeholders: nope"):
+        render_user_data("{{ nope }} {{ command }}", BOOT)
+    with pytest.raises(ValueError, match="at most"):
+        render_user_data("#" * MAX_USER_DATA_BYTES + "{{ command }}", BOOT)
+
+
+def test_custom_template() -> None:
+    script = render_user_data("echo {{burst_id}} {{ region }} > /etc/gpufed-id", BOOT)
+    assert script == "echo burst-3-0-abcd1234 us-east-1 > /etc/gpufed-id"
