@@ -46,6 +46,7 @@ class Bus:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self.connected = asyncio.Event()
+        self.reconnected = asyncio.Event()  # set on every reconnect; whoever reacts clears it
 
     @property
     def nc(self) -> Client:
@@ -234,6 +235,7 @@ class Bus:
 
     async def _on_reconnect(self) -> None:
         self.connected.set()
+        self.reconnected.set()
         log.info("nats_reconnected", url=self.settings.url)
 
     async def _on_closed(self) -> None:

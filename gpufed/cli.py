@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--api-host", default="127.0.0.1")
     hub.add_argument("--api-port", type=int, default=8080)
     hub.add_argument("--policy", type=Path, default=None, help="policy YAML file")
+    hub.add_argument("--suspect-after", type=float, default=15.0, help="s of silence: no new work")
+    hub.add_argument("--lost-after", type=float, default=120.0, help="s of silence: move its work")
     hub.set_defaults(func=_hub)
 
     spoke = sub.add_parser("spoke", help="run a spoke agent in a cluster")
@@ -54,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--heartbeat", type=float, default=2.0, help="seconds between reports")
     spoke.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     spoke.add_argument("--price", type=float, default=0.0, help="$ per GPU-hour (cloud)")
+    spoke.add_argument("--resync-interval", type=float, default=30.0, help="s between full syncs")
+    spoke.add_argument(
+        "--stop-workloads-on-exit",
+        action="store_true",
+        help="stop running work when the spoke stops (default: it runs on and is re-adopted)",
+    )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
     spoke.set_defaults(func=_spoke)
@@ -88,6 +96,8 @@ def _hub(args: argparse.Namespace) -> int:
         api_host=args.api_host,
         api_port=args.api_port,
         policy_file=args.policy,
+        suspect_after_s=args.suspect_after,
+        lost_after_s=args.lost_after,
     )
     asyncio.run(serve(settings))
     return 0
@@ -114,6 +124,8 @@ def _spoke(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat,
             labels=labels,
             price_per_gpu_hour=args.price,
+            resync_interval_s=args.resync_interval,
+            stop_workloads_on_exit=args.stop_workloads_on_exit,
             kubeconfig=args.kubeconfig,
             kube_context=args.context,
         )

@@ -41,9 +41,19 @@ FLEET = (
 class Federation:
     """The processes of an embedded federation."""
 
-    def __init__(self, data_dir: Path, api_port: int, fleet: tuple[SimSpoke, ...] = FLEET) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        api_port: int,
+        fleet: tuple[SimSpoke, ...] = FLEET,
+        *,
+        hub_args: tuple[str, ...] = (),
+        spoke_args: tuple[str, ...] = ("--stop-workloads-on-exit",),
+    ) -> None:
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
+        self.hub_args = hub_args
+        self.spoke_args = spoke_args
         self.api_port = api_port or free_port()
         self.nats = EmbeddedNats(self.data_dir / "nats")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -69,10 +79,11 @@ class Federation:
                 "--nats-url", self.nats.url,
                 "--data-dir", str(self.data_dir / "hub"),
                 "--api-port", str(self.api_port),
+                *self.hub_args,
             ],
         )  # fmt: skip
 
-    def start_spoke(self, spoke: SimSpoke) -> None:
+    def start_spoke(self, spoke: SimSpoke, nats_url: str | None = None) -> None:
         inventory = self.data_dir / "inventories" / f"{spoke.id}.yaml"
         inventory.parent.mkdir(parents=True, exist_ok=True)
         nodes = {
@@ -88,11 +99,12 @@ class Federation:
                 "spoke",
                 "--id", spoke.id,
                 "--region", spoke.region,
-                "--nats-url", self.nats.url,
+                "--nats-url", nats_url or self.nats.url,
                 "--inventory", f"static:{inventory}",
                 "--runtime", "local",
                 "--state-dir", str(self.data_dir / "spokes"),
                 "--heartbeat", "1",
+                *self.spoke_args,
             ],
         )  # fmt: skip
 
@@ -136,10 +148,13 @@ class Federation:
         self.nats.stop()
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process (for fault drills)."""
+        """SIGKILL one of our processes (for fault drills)."""
         proc = self.procs.pop(name)
         proc.kill()
         proc.wait()
+
+    def spoke(self, spoke_id: str) -> SimSpoke:
+        return next(s for s in self.fleet if s.id == spoke_id)
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115

@@ -36,6 +36,7 @@ class WorkloadRecord(BaseModel):
     restarts: int = 0
     cancel_requested: bool = False
     preempting: bool = False
+    command_seq: int | None = None  # command stream sequence of the current Place
     history: list[HistoryEntry] = Field(default_factory=list)
 
     def note(self, at: float, event: str, detail: str = "") -> None:
@@ -67,4 +68,5 @@ class SpokeRecord(BaseModel):
     kind: str
     first_seen: float
     last_seen: float
+    lost_at: float | None = None  # declared lost (its work was moved); cleared when it returns
     report: CapacityReport | None = None

@@ -40,7 +40,10 @@ from schemas import (
     PlaceCommand,
     PreemptCommand,
     RestartPolicy,
+    RunningRef,
     SubmitReply,
+    SyncReply,
+    SyncRequest,
     WorkloadEvent,
     WorkloadSpec,
     subjects,
@@ -77,6 +80,10 @@ class HubService:
         self._spoke_persisted: dict[str, float] = {}
         # Workloads seen ending whose spoke's last report may still list them (see fleet).
         self._ended: dict[str, tuple[RunningWorkload, int]] = {}
+        # Since when the hub has heard spokes without a gap; None while it hears nobody (cut
+        # off or just restarted). Leases only expire after lost_after of hearing again.
+        self._hearing_since: float | None = None
+        self._last_any_report: float | None = None
         self._trigger = asyncio.Event()
         self._lock = asyncio.Lock()
         self._db_limiter = anyio.CapacityLimiter(1)
@@ -92,6 +99,7 @@ class HubService:
         subs = [
             await nc.subscribe(subjects.SUBMIT, queue="hub", cb=self._on_submit_msg),
             await nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=self._on_capacity_msg),
+            await nc.subscribe(subjects.SYNC_SUBJECTS, cb=self._on_sync_msg),
         ]
         tasks = [
             asyncio.create_task(self._cycle_loop(stop), name="hub-cycle"),
@@ -206,10 +214,64 @@ class HubService:
                 await asyncio.sleep(self.settings.debounce_s)
             self._trigger.clear()
             try:
+                await self.check_leases()
                 await self.run_cycle()
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)
+
+    async def check_leases(self) -> list[str]:
+        """Declare lost the spokes silent past lost_after; returns their ids.
+
+        Suspended while the hub itself hears nobody (it was cut off or restarting): a hub
+        outage must never cost the spokes their running work.
+        """
+        now = self.clock()
+        quiet = (
+            self._last_any_report is None
+            or now - self._last_any_report > self.settings.suspect_after_s
+        )
+        if not self.bus.connected.is_set() or quiet:
+            self._hearing_since = None
+            return []
+        if self._hearing_since is None or now - self._hearing_since < self.settings.lost_after_s:
+            return []
+        lost = [
+            s
+            for s in self.spokes.values()
+            if s.lost_at is None and now - s.last_seen >= self.settings.lost_after_s
+        ]
+        for spoke in lost:
+            await self._declare_lost(spoke, now)
+        return [s.id for s in lost]
+
+    async def _declare_lost(self, spoke: SpokeRecord, now: float) -> None:
+        async with self._lock:
+            spoke.lost_at = now
+            changed = []
+            for w in list(self.workloads.values()):
+                if w.spoke_id != spoke.id or not w.phase.active:
+                    continue
+                detail = f"spoke {spoke.id} silent for {now - spoke.last_seen:.0f}s"
+                before, epoch = _as_running(w), w.epoch
+                self._restart_or_fail(w, now, "spoke_lost", detail)
+                if before is not None:
+                    self._ended[w.id] = (before, epoch)
+                changed.append(w)
+                if w.phase.terminal:
+                    del self.workloads[w.id]
+            await self.db(self.store.save, changed)
+        log.warning("spoke_lost", spoke=spoke.id, workloads=len(changed))
+        self.counters["spokes_lost"] += 1
+        self.trigger()
+
+    def _restart_or_fail(self, w: WorkloadRecord, now: float, event: str, detail: str) -> None:
+        """Requeue under a new epoch where the restart policy allows it, else fail."""
+        if w.spec.restart_policy == RestartPolicy.ON_FAILURE and w.restarts < w.spec.max_restarts:
+            w.restarts += 1
+            self._requeue(w, now, event, detail, new_epoch=True)
+        else:
+            self._finish(w, Phase.FAILED, now, event, detail)
 
     async def run_cycle(self) -> Plan:
         """One scheduling cycle: snapshot → plan → persist → publish."""
@@ -313,9 +375,13 @@ class HubService:
     async def _publish(self, decisions: Sequence[DecisionRecord]) -> None:
         if not decisions:
             return
-        await asyncio.gather(
+        acks = await asyncio.gather(
             *(self.bus.publish_durable(d.subject, d.payload, d.decision_id) for d in decisions)
         )
+        for decision, ack in zip(decisions, acks, strict=True):
+            w = self.workloads.get(decision.workload_id)
+            if w is not None and decision.decision_id == decision_id(w.id, w.epoch, "place"):
+                w.command_seq = ack.seq
         await self.db(self.store.mark_published, [d.decision_id for d in decisions])
         self.counters["commands_published"] += len(decisions)
 
@@ -359,6 +425,12 @@ class HubService:
         ):
             return  # an older heartbeat overtaken by a newer one
         now = self.clock()
+        if (
+            self._last_any_report is None
+            or now - self._last_any_report > self.settings.suspect_after_s
+        ):
+            self._hearing_since = now
+        self._last_any_report = now
         self.reports[report.spoke_id] = report
         spoke = self.spokes.get(report.spoke_id)
         is_new = spoke is None
@@ -374,11 +446,76 @@ class HubService:
             log.info("spoke_joined", spoke=report.spoke_id, region=report.region)
         spoke.last_seen = now
         spoke.report = report
+        if spoke.lost_at is not None:
+            log.info("spoke_returned", spoke=spoke.id, lost_for_s=round(now - spoke.lost_at, 1))
+            spoke.lost_at = None
         if is_new or now - self._spoke_persisted.get(report.spoke_id, 0) > SPOKE_PERSIST_EVERY_S:
             self._spoke_persisted[report.spoke_id] = now
             await self.db(self.store.save_spoke, spoke.model_copy())
         if previous is None or _free_changed(previous, report):
             self.trigger()
+
+    async def _on_sync_msg(self, msg: Msg) -> None:
+        try:
+            request = SyncRequest.model_validate_json(msg.data)
+            if subjects.spoke_from_subject(msg.subject) != request.spoke_id:
+                raise ValueError("spoke_id does not match the subject")
+        except (ValidationError, ValueError) as exc:
+            self._malformed(msg, exc)
+            if msg.reply:
+                await msg.respond(SyncReply().model_dump_json().encode())
+            return
+        reply = await self.reconcile(request)
+        if msg.reply:
+            await msg.respond(reply.model_dump_json().encode())
+
+    async def reconcile(self, request: SyncRequest) -> SyncReply:
+        """Compare a spoke's full state with ours; stop what was superseded, requeue what it lost.
+
+        Idempotent: answering the same request again stops the same things and requeues nothing
+        more (what was requeued is no longer assigned to that spoke).
+        """
+        spoke_id = request.spoke_id
+        running = {r.workload_id: r.epoch for r in request.running}
+        finished = {r.workload_id: r.epoch for r in request.finished}
+        stop = []
+        requeued: list[WorkloadRecord] = []
+        async with self._lock:
+            now = self.clock()
+            for wid, epoch in sorted(running.items()):
+                w = self.workloads.get(wid)
+                if w is None or not w.phase.active or w.spoke_id != spoke_id or w.epoch != epoch:
+                    stop.append(RunningRef(workload_id=wid, epoch=epoch))
+            for w in list(self.workloads.values()):
+                lost = (
+                    w.spoke_id == spoke_id
+                    and w.phase.active
+                    and w.id not in running
+                    and finished.get(w.id) != w.epoch
+                    and w.command_seq is not None
+                    and w.command_seq <= request.applied_seq
+                    and now - (w.placed_at or now) > self.settings.missing_grace_s
+                )
+                if lost:
+                    before, epoch = _as_running(w), w.epoch
+                    self._requeue(
+                        w, now, "lost_on_spoke", f"{spoke_id} no longer has it", new_epoch=True
+                    )
+                    if before is not None:
+                        self._ended[w.id] = (before, epoch)
+                    requeued.append(w)
+            if requeued:
+                await self.db(self.store.save, requeued)
+        self.counters["syncs"] += 1
+        if stop or requeued:
+            log.warning(
+                "sync_corrections",
+                spoke=spoke_id,
+                stop=[r.workload_id for r in stop],
+                requeued=[w.id for w in requeued],
+            )
+            self.trigger()
+        return SyncReply(stop=tuple(stop), requeued=tuple(w.id for w in requeued))
 
     async def _on_event_msg(self, msg: Msg) -> None:
         try:
@@ -453,8 +590,14 @@ class HubService:
         w.note(now, event, detail)
         log.info("workload_finished", workload=w.id, phase=phase.value, exit_code=w.exit_code)
 
-    def _requeue(self, w: WorkloadRecord, now: float, event: str, detail: str) -> None:
+    def _requeue(
+        self, w: WorkloadRecord, now: float, event: str, detail: str, *, new_epoch: bool = False
+    ) -> None:
         w.note(now, event, detail)
+        if new_epoch:
+            # Fence the old assignment at once: its late events and commands are ignored.
+            w.epoch += 1
+        w.command_seq = None
         w.phase = Phase.QUEUED
         w.spoke_id = None
         w.assignments = ()

@@ -20,6 +20,9 @@ class HubSettings(BaseModel):
     tick_s: float = Field(default=2.0, gt=0)
     suspect_after_s: float = Field(default=15.0, gt=0)
     lost_after_s: float = Field(default=120.0, gt=0)
+    missing_grace_s: float = Field(
+        default=5.0, ge=0, description="How long a placement may be absent from a spoke's sync."
+    )
 
     def resolved_store_url(self) -> str:
         return self.store_url or f"sqlite:///{self.data_dir / 'hub.db'}"

@@ -14,6 +14,7 @@ from schemas.commands import (
 )
 from schemas.common import SCHEMA_VERSION, WireModel
 from schemas.events import EventPhase, WorkloadEvent
+from schemas.sync import SyncReply, SyncRequest
 from schemas.workloads import (
     ErrorReply,
     Phase,
@@ -38,6 +39,8 @@ __all__ = [
     "RunningRef",
     "SpokeKind",
     "SubmitReply",
+    "SyncReply",
+    "SyncRequest",
     "WireModel",
     "WorkloadEvent",
     "WorkloadSpec",

@@ -11,6 +11,7 @@ EVENTS_STREAM = "GPUFED_EVENTS"
 COMMANDS_SUBJECTS = f"{PREFIX}.spoke.*.commands"
 EVENTS_SUBJECTS = f"{PREFIX}.spoke.*.events"
 CAPACITY_SUBJECTS = f"{PREFIX}.spoke.*.capacity"
+SYNC_SUBJECTS = f"{PREFIX}.spoke.*.sync"
 HUB_EVENTS_CONSUMER = "hub-events"
 
 

@@ -1,4 +1,9 @@
-"""The spoke agent: report capacity, apply the hub's commands, report what happens to work."""
+"""The spoke agent: report capacity, apply the hub's commands, report what happens to work.
+
+It keeps working while the hub or NATS is away: running work goes on, events wait in the
+on-disk journal and are delivered in order on reconnect, and a full-state sync with the hub on
+every (re)connect corrects whatever diverged.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 
+import nats.errors
 import structlog
 from nats.aio.msg import Msg
 from pydantic import ValidationError
@@ -23,11 +29,14 @@ from schemas import (
     PlaceCommand,
     PreemptCommand,
     RunningRef,
+    SyncReply,
+    SyncRequest,
     WorkloadEvent,
     parse_command,
     subjects,
 )
 from spoke.errors import SpokeError
+from spoke.journal import Journal
 from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
 from spoke.settings import SpokeSettings
 
@@ -36,7 +45,7 @@ log = structlog.get_logger(__name__)
 _EPS = 1e-9
 #: Heartbeats triggered by a change are spaced at least this far apart (they coalesce).
 MIN_REPORT_INTERVAL_S = 0.05
-#: Decision ids remembered to drop repeats (JetStream dedupes inside its window; this is after).
+#: Decision ids remembered to drop repeats (JetStream dedupes only inside its window).
 SEEN_DECISIONS = 100_000
 
 
@@ -59,20 +68,31 @@ class SpokeAgent:
         self.incarnation = f"{int(clock())}-{secrets.token_hex(4)}"
         self.counters: Counter[str] = Counter()
         self.ready = asyncio.Event()
+        self.journal = Journal(
+            settings.workdir / "journal.jsonl", max_outbox=settings.max_pending_events
+        )
         self._nodes: dict[str, NodeInventory] = {}
-        self._allocations: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
-        self._epochs: dict[str, int] = {}  # highest assignment epoch seen per workload
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._outbox: asyncio.Queue[WorkloadEvent] = asyncio.Queue()
         self._report_now = asyncio.Event()
+        self._sync_now = asyncio.Event()
         self._seq = 0
         self._stops: set[asyncio.Task[None]] = set()
+
+    @property
+    def _allocations(self) -> dict[str, tuple[int, tuple[Assignment, ...]]]:
+        return self.journal.state.allocations
+
+    @property
+    def _epochs(self) -> dict[str, int]:
+        return self.journal.state.epochs
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set."""
         await self._refresh_inventory()
-        for wid, epoch in (await self.runtime.adopt()).items():
-            self._epochs[wid] = epoch
+        for event in self.journal.state.outbox.values():
+            self._outbox.put_nowait(event)  # owed to the hub from before a restart
+        await self._adopt()
         await self.bus.connect()
         tasks = [
             asyncio.create_task(self._heartbeat_loop(stop), name="spoke-heartbeat"),
@@ -80,28 +100,51 @@ class SpokeAgent:
         ]
         try:
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
-            consumer = asyncio.create_task(
-                self.bus.consume(
-                    subjects.COMMANDS_STREAM,
-                    subjects.spoke_consumer(self.settings.id),
-                    subjects.commands(self.settings.id),
-                    self._on_command_msg,
-                    stop,
-                ),
-                name="spoke-commands",
+            tasks.append(asyncio.create_task(self._sync_loop(stop), name="spoke-sync"))
+            tasks.append(
+                asyncio.create_task(
+                    self.bus.consume(
+                        subjects.COMMANDS_STREAM,
+                        subjects.spoke_consumer(self.settings.id),
+                        subjects.commands(self.settings.id),
+                        self._on_command_msg,
+                        stop,
+                    ),
+                    name="spoke-commands",
+                )
             )
-            tasks.append(consumer)
             self.ready.set()
             log.info("spoke_ready", spoke=self.settings.id, nodes=len(self._nodes))
             await stop.wait()
         finally:
+            if self.settings.stop_workloads_on_exit:
+                await asyncio.gather(
+                    *(
+                        self.runtime.stop(w, self.settings.stop_grace_s, EventPhase.CANCELLED)
+                        for w in list(self.runtime.running())
+                    ),
+                    return_exceptions=True,
+                )
             await self.runtime.close()
             await self._drain_outbox(within_s=3.0)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.bus.close()
+            self.journal.close()
             log.info("spoke_stopped", spoke=self.settings.id)
+
+    async def _adopt(self) -> None:
+        adopted = await self.runtime.adopt()
+        for wid, (epoch, _assignments) in list(self._allocations.items()):
+            if adopted.get(wid) == epoch or wid in self.runtime.running():
+                continue
+            # Placed before a restart, but the runtime knows nothing of it: it never started
+            # (or its traces are gone). Report it lost; the hub decides what happens next.
+            log.warning("workload_lost_on_restart", workload=wid, epoch=epoch)
+            await self._on_runtime_event(
+                RuntimeEvent(wid, epoch, EventPhase.FAILED, reason="lost_on_spoke_restart")
+            )
 
     # --- capacity ---
 
@@ -168,6 +211,59 @@ class SpokeAgent:
             schedulable=node.schedulable,
         )
 
+    # --- reconciliation ---
+
+    async def sync(self) -> SyncReply:
+        """Send the full state to the hub and apply its corrections (idempotent)."""
+        finished = list(self.journal.state.finished.items())[-500:]
+        request = SyncRequest(
+            spoke_id=self.settings.id,
+            incarnation=self.incarnation,
+            running=tuple(
+                RunningRef(workload_id=w, epoch=e)
+                for w, e in sorted(self.runtime.running().items())
+            ),
+            finished=tuple(RunningRef(workload_id=w, epoch=e) for w, e in finished),
+            applied_seq=self.journal.state.applied_seq,
+        )
+        msg = await self.bus.nc.request(
+            subjects.sync(self.settings.id), request.model_dump_json().encode(), timeout=5
+        )
+        reply = SyncReply.model_validate_json(msg.data)
+        for ref in reply.stop:
+            if self.runtime.running().get(ref.workload_id) == ref.epoch:
+                log.warning("stopping_superseded_work", workload=ref.workload_id, epoch=ref.epoch)
+                self._stop_in_background(ref.workload_id, 0.0, EventPhase.CANCELLED)
+        self.counters["syncs"] += 1
+        return reply
+
+    async def _sync_loop(self, stop: asyncio.Event) -> None:
+        self._sync_now.set()  # at start
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait_sync_trigger(), self.settings.resync_interval_s)
+            self._sync_now.clear()
+            self.bus.reconnected.clear()
+            try:
+                await self.sync()
+            except (nats.errors.Error, TimeoutError, ValidationError) as exc:
+                log.warning("sync_failed", error=str(exc) or type(exc).__name__)
+                await asyncio.sleep(1.0)
+                self._sync_now.set()
+
+    async def _wait_sync_trigger(self) -> None:
+        if self._sync_now.is_set():
+            return
+        waiters = [
+            asyncio.create_task(self._sync_now.wait()),
+            asyncio.create_task(self.bus.reconnected.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+
     # --- commands ---
 
     async def _on_command_msg(self, msg: Msg) -> None:
@@ -186,6 +282,8 @@ class SpokeAgent:
         else:
             self._stop(command)
         self._remember(command.decision_id)
+        with contextlib.suppress(AttributeError, ValueError):
+            self.journal.applied(msg.metadata.sequence.stream)
         await msg.ack()
 
     async def _place(self, command: PlaceCommand) -> None:
@@ -195,20 +293,23 @@ class SpokeAgent:
             self.counters["stale"] += 1
             log.info("stale_place_dropped", workload=wid, epoch=command.epoch, known=known)
             return
+        if wid in self.runtime.running():
+            # An older assignment of this workload still runs here: it was superseded.
+            await self.runtime.stop(wid, 0.0, EventPhase.CANCELLED)
         problem = self._check(command)
         if problem is not None:
             log.warning("placement_rejected", workload=wid, problem=problem)
+            self._epochs[wid] = command.epoch
             await self._emit(
                 wid, command.epoch, EventPhase.REJECTED, reason="bad_assignment", message=problem
             )
             return
-        self._epochs[wid] = command.epoch
-        self._allocations[wid] = (command.epoch, command.assignments)
+        self.journal.placed(wid, command.epoch, command.assignments)
         launch = Launch(wid, command.epoch, command.decision_id, command.spec, command.assignments)
         try:
             await self.runtime.start(launch)
         except SpokeError as exc:
-            self._allocations.pop(wid, None)
+            self.journal.ended(wid, command.epoch)
             await self._emit(
                 wid, command.epoch, EventPhase.REJECTED, reason="runtime_error", message=str(exc)
             )
@@ -239,11 +340,13 @@ class SpokeAgent:
             self.counters["stale"] += 1
             return
         if isinstance(command, CancelCommand):
-            phase, grace = EventPhase.CANCELLED, self.settings.stop_grace_s
+            self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.CANCELLED)
         else:
-            phase, grace = EventPhase.PREEMPTED, command.grace_s
+            self._stop_in_background(wid, command.grace_s, EventPhase.PREEMPTED)
+
+    def _stop_in_background(self, wid: str, grace_s: float, phase: EventPhase) -> None:
         # Stopping waits out a grace period: do it beside the command stream, not in it.
-        task = asyncio.create_task(self.runtime.stop(wid, grace, phase))
+        task = asyncio.create_task(self.runtime.stop(wid, grace_s, phase))
         self._stops.add(task)
         task.add_done_callback(self._stops.discard)
 
@@ -256,9 +359,8 @@ class SpokeAgent:
 
     async def _on_runtime_event(self, event: RuntimeEvent) -> None:
         if event.phase != EventPhase.RUNNING:
-            current = self._allocations.get(event.workload_id)
-            if current is not None and current[0] == event.epoch:
-                del self._allocations[event.workload_id]
+            # Devices are released before the end is reported: the hub relies on that order.
+            self.journal.ended(event.workload_id, event.epoch)
             self._report_now.set()
         await self._emit(
             event.workload_id,
@@ -290,7 +392,10 @@ class SpokeAgent:
             message=message[:4096],
             at=self.clock(),
         )
-        await self._outbox.put(event)
+        if self.journal.queue_event(event):
+            await self._outbox.put(event)
+        else:
+            self.counters["events_dropped"] += 1
 
     async def _outbox_loop(self) -> None:
         # One publisher keeps events in order; each is retried until JetStream has it.
@@ -300,6 +405,7 @@ class SpokeAgent:
             await self.bus.publish_durable(
                 subject, event.model_dump_json().encode(), event.event_id
             )
+            self.journal.delivered(event.event_id)
             self._outbox.task_done()
 
     async def _drain_outbox(self, within_s: float) -> None:

@@ -21,6 +21,9 @@ class SpokeSettings(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
+    resync_interval_s: float = Field(default=30.0, gt=0)
+    max_pending_events: int = Field(default=100_000, ge=1)
+    stop_workloads_on_exit: bool = False
     kubeconfig: str | None = None
     kube_context: str | None = None
 

@@ -1,26 +1,40 @@
-"""Run workloads as local processes: one per assigned node, pinned with CUDA_VISIBLE_DEVICES."""
+"""Run workloads as local processes: one per assigned node, pinned with CUDA_VISIBLE_DEVICES.
+
+Each process runs in its own session (so a stop reaches its children) under a one-line shell
+wrapper that writes its exit code to a file: a restarted spoke re-adopts processes that are still
+running from their run files and learns how the others ended.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from schemas import EventPhase
+from schemas import Assignment, EventPhase, WorkloadSpec
 from spoke.ports import EventSink, Launch, RuntimeEvent
 
 log = structlog.get_logger(__name__)
+
+
+#: Runs the command, then records its exit status in the file named by $0.
+_WRAPPER = '"$@"; code=$?; echo $code > "$0"; exit $code'
+#: How often adopted processes (not our children) are checked.
+ADOPTED_POLL_S = 0.5
 
 
 @dataclass
 class _Run:
     launch: Launch
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # adopted runs have pids, not procs
     stop_phase: EventPhase | None = None
     stop_reason: str = ""
     watcher: asyncio.Task[None] | None = None
@@ -32,9 +46,10 @@ class LocalRuntime:
     Each process starts in its own session so a stop reaches its children too.
     """
 
-    def __init__(self, sink: EventSink, log_dir: Path) -> None:
+    def __init__(self, sink: EventSink, log_dir: Path, run_dir: Path | None = None) -> None:
         self._sink = sink
         self.log_dir = log_dir
+        self.run_dir = run_dir or log_dir.parent / "runs"
         self._runs: dict[str, _Run] = {}
 
     async def start(self, launch: Launch) -> None:
@@ -46,6 +61,7 @@ class LocalRuntime:
         run = _Run(launch)
         self._runs[launch.workload_id] = run
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(launch.workload_id, launch.epoch)
         try:
             # Opening a local log file is a quick syscall; not worth a thread hop per start.
@@ -53,6 +69,10 @@ class LocalRuntime:
                 for rank, assignment in enumerate(launch.assignments):
                     env = _environment(launch, rank)
                     proc = await asyncio.create_subprocess_exec(
+                        "/bin/sh",
+                        "-c",
+                        _WRAPPER,
+                        str(self._exit_file(launch, rank)),
                         *launch.spec.command,
                         cwd=launch.spec.working_dir or None,
                         env=env,
@@ -85,6 +105,8 @@ class LocalRuntime:
                 )
             )
             return
+        run.pids = [p.pid for p in run.procs]
+        self._write_run_file(run)
         await self._sink(RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING))
         run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{launch.workload_id}")
 
@@ -102,62 +124,62 @@ class LocalRuntime:
             await run.watcher
 
     async def adopt(self) -> dict[str, int]:
-        # Processes do not outlive this runtime yet (close() ends them), so nothing to adopt.
-        return {}
+        """Watch again the processes a previous spoke process started; report those that ended."""
+        adopted: dict[str, int] = {}
+        if not self.run_dir.exists():
+            return adopted
+        for path in sorted(self.run_dir.glob("*.json")):
+            try:
+                run = _run_from_file(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("run_file_unreadable", path=str(path), error=str(exc))
+                path.unlink(missing_ok=True)
+                continue
+            wid = run.launch.workload_id
+            self._runs[wid] = run
+            if any(_alive(pid, wid) for pid in run.pids):
+                adopted[wid] = run.launch.epoch
+                log.info("process_adopted", workload=wid, pids=run.pids)
+            run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
+        return adopted
 
     def running(self) -> dict[str, int]:
         return {wid: run.launch.epoch for wid, run in self._runs.items()}
 
     async def close(self) -> None:
-        """End every process this runtime started (it cannot re-adopt them after a restart)."""
-        await asyncio.gather(
-            *(self.stop(wid, 2.0, EventPhase.CANCELLED) for wid in list(self._runs)),
-            return_exceptions=True,
-        )
+        """Stop watching; the processes run on and a restarted spoke re-adopts them."""
+        watchers = [r.watcher for r in self._runs.values() if r.watcher is not None]
+        for watcher in watchers:
+            watcher.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
 
     def log_path(self, workload_id: str, epoch: int) -> Path:
         return self.log_dir / f"{workload_id}-e{epoch}.log"
 
     async def _watch(self, run: _Run) -> None:
         launch = run.launch
-        limit = launch.spec.max_runtime_s
-        waits = [asyncio.create_task(p.wait()) for p in run.procs]
-        exit_code: int | None = None
-        reason = ""
-        try:
-            pending = set(waits)
-            deadline = None if limit is None else asyncio.get_running_loop().time() + limit
-            while pending:
-                timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
-                done, pending = await asyncio.wait(
-                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done:  # max runtime reached
-                    reason = "max_runtime_exceeded"
-                    self._kill(run, signal.SIGKILL)
-                    continue
-                failed = [t.result() for t in done if t.result() != 0]
-                if failed and exit_code is None:
-                    exit_code = failed[0]
-                    self._kill(run, signal.SIGTERM)  # one rank failed: the gang fails
-            if exit_code is None:
-                exit_code = 0 if not reason else -signal.SIGKILL
-        finally:
-            for task in waits:
-                task.cancel()
+        if run.procs:
+            exit_code, reason = await self._wait_children(run)
+        else:
+            exit_code, reason = await self._wait_adopted(run)
         self._runs.pop(launch.workload_id, None)
+        self._run_file(launch.workload_id).unlink(missing_ok=True)
         if run.stop_phase is not None:
             phase, reason = run.stop_phase, reason or run.stop_reason
         elif exit_code == 0 and not reason:
             phase = EventPhase.SUCCEEDED
         else:
             phase = EventPhase.FAILED
-            if not reason:
-                reason = _signal_name(exit_code) if exit_code < 0 else "exit_code"
+            reason = reason or _reason(exit_code)
         log_path = self.log_path(launch.workload_id, launch.epoch)
         log.info(
             "process_ended", workload=launch.workload_id, phase=phase.value, exit_code=exit_code
         )
+        message = f"exit code {exit_code}; log {log_path}"
+        if reason in ("command_not_found", "not_executable"):
+            message = (
+                f"cannot run {launch.spec.command[0]!r}: {reason.replace('_', ' ')}; {message}"
+            )
         await self._sink(
             RuntimeEvent(
                 launch.workload_id,
@@ -165,15 +187,78 @@ class LocalRuntime:
                 phase,
                 exit_code=exit_code,
                 reason=reason,
-                message=f"exit code {exit_code}; log {log_path}",
+                message=message,
             )
         )
 
+    async def _wait_children(self, run: _Run) -> tuple[int | None, str]:
+        limit = run.launch.spec.max_runtime_s
+        loop = asyncio.get_running_loop()
+        waits = [asyncio.create_task(p.wait()) for p in run.procs]
+        exit_code: int | None = None
+        reason = ""
+        try:
+            pending = set(waits)
+            deadline = None if limit is None else loop.time() + limit
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:  # max runtime reached
+                    reason, deadline = "max_runtime_exceeded", None
+                    self._kill(run, signal.SIGKILL)
+                    continue
+                failed = [t.result() for t in done if t.result() != 0]
+                if failed and exit_code is None:
+                    exit_code = failed[0]
+                    self._kill(run, signal.SIGTERM)  # one rank failed: the gang fails
+        finally:
+            for task in waits:
+                task.cancel()
+        if exit_code is None:
+            exit_code = 0 if not reason else -signal.SIGKILL
+        return exit_code, reason
+
+    async def _wait_adopted(self, run: _Run) -> tuple[int | None, str]:
+        # Not our children: poll until they are gone, then read the codes they left.
+        wid = run.launch.workload_id
+        while any(_alive(pid, wid) for pid in run.pids):  # noqa: ASYNC110 - no event to wait on
+            await asyncio.sleep(ADOPTED_POLL_S)
+        codes = []
+        for rank in range(len(run.pids)):
+            try:
+                codes.append(int(self._exit_file(run.launch, rank).read_text().strip()))
+            except (OSError, ValueError):
+                return None, "exit_unknown"  # killed with its wrapper while the spoke was away
+        failed = [c for c in codes if c != 0]
+        return (failed[0] if failed else 0), ""
+
     def _kill(self, run: _Run, sig: signal.Signals) -> None:
-        for proc in run.procs:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+        live = [p.pid for p in run.procs if p.returncode is None] if run.procs else run.pids
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)  # each process leads its own session and group
+
+    def _exit_file(self, launch: Launch, rank: int) -> Path:
+        return self.run_dir / f"{launch.workload_id}-e{launch.epoch}-r{rank}.exit"
+
+    def _run_file(self, workload_id: str) -> Path:
+        return self.run_dir / f"{workload_id}.json"
+
+    def _write_run_file(self, run: _Run) -> None:
+        launch = run.launch
+        data = {
+            "workload_id": launch.workload_id,
+            "epoch": launch.epoch,
+            "decision_id": launch.decision_id,
+            "spec": launch.spec.model_dump(mode="json"),
+            "assignments": [a.model_dump(mode="json") for a in launch.assignments],
+            "pids": run.pids,
+        }
+        tmp = self._run_file(launch.workload_id).with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self._run_file(launch.workload_id))
 
 
 def _environment(launch: Launch, rank: int) -> dict[str, str]:
@@ -193,6 +278,45 @@ def _environment(launch: Launch, rank: int) -> dict[str, str]:
     if assignment.fraction is not None:
         env["GPUFED_GPU_FRACTION"] = f"{assignment.fraction:g}"
     return env
+
+
+def _run_from_file(data: dict[str, Any]) -> _Run:
+    launch = Launch(
+        workload_id=data["workload_id"],
+        epoch=int(data["epoch"]),
+        decision_id=data["decision_id"],
+        spec=WorkloadSpec.model_validate(data["spec"]),
+        assignments=tuple(Assignment.model_validate(a) for a in data["assignments"]),
+    )
+    return _Run(launch=launch, pids=[int(p) for p in data["pids"]])
+
+
+def _alive(pid: int, workload_id: str) -> bool:
+    """Is `pid` a live (not zombie) process of this workload? Guards against pid reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        return f"GPUFED_WORKLOAD_ID={workload_id}".encode() in environ.split(b"\0")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): existence is all we can know
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def _reason(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "exit_unknown"
+    if exit_code == 127:
+        return "command_not_found"
+    if exit_code == 126:
+        return "not_executable"
+    return _signal_name(exit_code) if exit_code < 0 else "exit_code"
 
 
 def _signal_name(code: int) -> str:

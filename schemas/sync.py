@@ -1,0 +1,34 @@
+"""Full-state reconciliation between a spoke and the hub (request/reply on `…spoke.<id>.sync`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from schemas.capacity import RunningRef
+from schemas.common import Identifier, WireModel
+
+
+class SyncRequest(WireModel):
+    """Everything a spoke runs, and what it recently finished.
+
+    `applied_seq` is the command stream sequence of the last command the spoke applied: a
+    placement at or below it that the spoke neither runs nor finished was lost on the spoke.
+    """
+
+    spoke_id: Identifier
+    incarnation: str
+    running: tuple[RunningRef, ...] = ()
+    finished: tuple[RunningRef, ...] = ()
+    applied_seq: int = Field(default=0, ge=0)
+
+
+class SyncReply(WireModel):
+    """Corrections: stop these (their assignment was superseded or ended at the hub).
+
+    Placements the spoke lost are requeued by the hub under a new epoch and arrive as new Place
+    commands, so a reply never asks a spoke to start anything itself. Idempotent: the same
+    request answered twice gives the same reply and changes nothing more.
+    """
+
+    stop: tuple[RunningRef, ...] = ()
+    requeued: tuple[Identifier, ...] = ()

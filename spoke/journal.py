@@ -1,0 +1,175 @@
+"""The spoke's memory across restarts: an append-only journal of what it applied and owes.
+
+One JSON line per fact: a placement applied, a workload ended, an event queued for the hub, an
+event delivered. Replaying it rebuilds the state; it is rewritten compactly when it grows. Lines
+are flushed to the OS on every append (a killed spoke process loses nothing; a machine crash may
+lose the last lines, which reconciliation with the hub repairs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from schemas import Assignment, WorkloadEvent
+
+log = structlog.get_logger(__name__)
+
+#: Workloads remembered as finished (for reconciliation and fencing late duplicates).
+FINISHED_KEPT = 2000
+#: The journal is compacted when it has this many lines.
+COMPACT_AFTER_LINES = 20_000
+
+
+@dataclass
+class SpokeState:
+    epochs: dict[str, int] = field(default_factory=dict)  # highest epoch applied per workload
+    allocations: dict[str, tuple[int, tuple[Assignment, ...]]] = field(default_factory=dict)
+    finished: OrderedDict[str, int] = field(default_factory=OrderedDict)  # workload -> epoch
+    outbox: OrderedDict[str, WorkloadEvent] = field(default_factory=OrderedDict)
+    applied_seq: int = 0
+
+
+class Journal:
+    """Append-only state journal of one spoke (not safe for two processes at once)."""
+
+    def __init__(self, path: Path, max_outbox: int = 100_000) -> None:
+        self.path = path
+        self.max_outbox = max_outbox
+        self.state = SpokeState()
+        self.dropped = 0
+        self._lines = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            self._replay()
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def close(self) -> None:
+        self._file.close()
+
+    # --- facts ---
+
+    def placed(self, workload_id: str, epoch: int, assignments: tuple[Assignment, ...]) -> None:
+        self._apply_placed(workload_id, epoch, assignments)
+        self._append({"t": "place", "w": workload_id, "e": epoch, "a": _dump(assignments)})
+
+    def ended(self, workload_id: str, epoch: int) -> None:
+        self._apply_ended(workload_id, epoch)
+        self._append({"t": "end", "w": workload_id, "e": epoch})
+
+    def applied(self, seq: int) -> None:
+        if seq > self.state.applied_seq:
+            self.state.applied_seq = seq
+            self._append({"t": "seq", "s": seq})
+
+    def queue_event(self, event: WorkloadEvent) -> bool:
+        """Keep an event until the hub has it; False (and a log) when the outbox is full."""
+        if len(self.state.outbox) >= self.max_outbox:
+            self.dropped += 1
+            log.error(
+                "event_outbox_full",
+                path=str(self.path),
+                pending=len(self.state.outbox),
+                dropped=self.dropped,
+                workload=event.workload_id,
+                phase=event.phase.value,
+            )
+            return False
+        self.state.outbox[event.event_id] = event
+        self._append({"t": "event", "v": event.model_dump(mode="json")})
+        return True
+
+    def delivered(self, event_id: str) -> None:
+        if self.state.outbox.pop(event_id, None) is not None:
+            self._append({"t": "sent", "id": event_id})
+
+    # --- replay and compaction ---
+
+    def _replay(self) -> None:
+        with open(self.path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    self._apply_line(json.loads(line))
+                except (ValueError, KeyError, TypeError) as exc:
+                    # A torn last line after a crash: keep what came before it.
+                    log.warning(
+                        "journal_line_skipped", path=str(self.path), line=number, error=str(exc)
+                    )
+                self._lines = number
+        log.info(
+            "journal_replayed",
+            path=str(self.path),
+            allocations=len(self.state.allocations),
+            pending_events=len(self.state.outbox),
+        )
+        self._compact()
+
+    def _apply_line(self, rec: dict[str, Any]) -> None:
+        kind = rec["t"]
+        if kind == "place":
+            assignments = tuple(Assignment.model_validate(a) for a in rec["a"])
+            self._apply_placed(rec["w"], rec["e"], assignments)
+        elif kind == "end":
+            self._apply_ended(rec["w"], rec["e"])
+        elif kind == "seq":
+            self.state.applied_seq = max(self.state.applied_seq, rec["s"])
+        elif kind == "event":
+            event = WorkloadEvent.model_validate(rec["v"])
+            self.state.outbox[event.event_id] = event
+        elif kind == "sent":
+            self.state.outbox.pop(rec["id"], None)
+
+    def _apply_placed(self, wid: str, epoch: int, assignments: tuple[Assignment, ...]) -> None:
+        self.state.epochs[wid] = max(epoch, self.state.epochs.get(wid, -1))
+        self.state.allocations[wid] = (epoch, assignments)
+
+    def _apply_ended(self, wid: str, epoch: int) -> None:
+        current = self.state.allocations.get(wid)
+        if current is not None and current[0] == epoch:
+            del self.state.allocations[wid]
+        self.state.finished[wid] = epoch
+        self.state.finished.move_to_end(wid)
+        while len(self.state.finished) > FINISHED_KEPT:
+            old, _ = self.state.finished.popitem(last=False)
+            if old not in self.state.allocations:
+                self.state.epochs.pop(old, None)
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        self._file.flush()
+        self._lines += 1
+        if self._lines >= COMPACT_AFTER_LINES:
+            self._file.close()
+            self._compact()
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def _compact(self) -> None:
+        """Rewrite the journal as the current state only (atomically)."""
+        s = self.state
+        lines: list[dict[str, Any]] = [{"t": "seq", "s": s.applied_seq}]
+        for wid, epoch in s.finished.items():
+            lines.append({"t": "place", "w": wid, "e": epoch, "a": []})
+            lines.append({"t": "end", "w": wid, "e": epoch})
+        for wid, (epoch, assignments) in s.allocations.items():
+            lines.append({"t": "place", "w": wid, "e": epoch, "a": _dump(assignments)})
+        lines += [{"t": "event", "v": e.model_dump(mode="json")} for e in s.outbox.values()]
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._lines = len(lines)
+
+
+def _dump(assignments: tuple[Assignment, ...]) -> list[dict[str, Any]]:
+    return [a.model_dump(mode="json") for a in assignments]
+
+
+__all__ = ["Journal", "SpokeState"]

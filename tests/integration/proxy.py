@@ -1,0 +1,62 @@
+"""A TCP proxy on a free loopback port that a test can cut and restore (a WAN partition)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from bus.natsserver import free_port
+
+
+class CuttableProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+
+    async def cut(self) -> None:
+        """Drop every connection and refuse new ones until restore()."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+
+    async def restore(self) -> None:
+        await self.start()
+
+    async def close(self) -> None:
+        await self.cut()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+        await asyncio.gather(
+            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+        )
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            with contextlib.suppress(Exception):
+                writer.close()

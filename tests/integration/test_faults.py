@@ -1,0 +1,267 @@
+"""Fault drills with real processes: kill -9 the hub or a spoke, bounce NATS, cut a spoke off.
+
+Each workload appends "<workload id> <node>" to one file when it starts: the workloads' own
+record of how often, and where, each one really ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bus.client import Bus, BusSettings
+from gpufed.up import Federation, SimSpoke
+from schemas import SubmitReply, subjects
+from tests.integration.proxy import CuttableProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def job(log: Path, name: str, secs: float, **extra: Any) -> dict[str, Any]:
+    script = f'echo "$GPUFED_WORKLOAD_ID $GPUFED_NODE" >> {log}; sleep {secs}'
+    return {"name": name, "team": "drill", "command": ["sh", "-c", script], **extra}
+
+
+def runs(log: Path) -> list[tuple[str, str]]:
+    if not log.exists():
+        return []
+    return [tuple(line.split()) for line in log.read_text().splitlines()]  # type: ignore[misc]
+
+
+@pytest.fixture
+def make_fed(tmp_path: Path) -> Iterator[Any]:
+    made: list[Federation] = []
+
+    def make(fleet: tuple[SimSpoke, ...], **kwargs: Any) -> Federation:
+        fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, **kwargs)
+        (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        fed.nats.start()
+        made.append(fed)
+        return fed
+
+    yield make
+    for fed in made:
+        fed.stop()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Any]:
+    clients: list[httpx.AsyncClient] = []
+
+    def make(fed: Federation) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(base_url=fed.api_url, timeout=5)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+async def wait_http(client: httpx.AsyncClient, spokes: set[str], timeout: float = 30) -> None:
+    """Until the hub answers and the given spokes are ready."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            ready = {s["id"] for s in (await client.get("/v1/spokes")).json() if s["status"] == "ready"}
+            if spokes <= ready:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"spokes {spokes} not ready within {timeout}s")
+
+
+async def wait_terminal(
+    client: httpx.AsyncClient, ids: set[str], timeout: float
+) -> dict[str, dict[str, Any]]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    records: dict[str, dict[str, Any]] = {}
+    while True:
+        try:
+            listed = (await client.get("/v1/workloads", params={"limit": 5000})).json()
+            records = {r["id"]: r for r in listed if r["id"] in ids}
+        except httpx.TransportError:
+            pass
+        if len(records) == len(ids) and all(r["phase"] in TERMINAL for r in records.values()):
+            return records
+        if asyncio.get_running_loop().time() > deadline:
+            phases = Counter(r["phase"] for r in records.values())
+            raise AssertionError(f"not all terminal after {timeout}s: {dict(phases)}")
+        await asyncio.sleep(0.25)
+
+
+async def submit_retrying(bus: Bus, spec: dict[str, Any], attempts: int = 200) -> str | None:
+    """Submit over NATS; retry while the hub is down. None if it never accepted."""
+    payload = json.dumps(spec).encode()
+    for _ in range(attempts):
+        try:
+            msg = await bus.nc.request(subjects.SUBMIT, payload, timeout=1)
+        except Exception:  # no responders / timeout while the hub is down
+            await asyncio.sleep(0.1)
+            continue
+        reply = SubmitReply.model_validate_json(msg.data)
+        assert reply.ok, reply.error
+        return reply.workload_id
+    return None
+
+
+async def test_hub_killed_mid_run_loses_nothing_and_runs_nothing_twice(
+    make_fed: Any, api: Any, tmp_path: Path
+) -> None:
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=2, gpus=8, model="H100"),
+        SimSpoke("us-1", "us", nodes=2, gpus=8, model="L4"),
+    )
+    fed: Federation = make_fed(fleet)
+    fed.start_hub()
+    for spoke in fleet:
+        fed.start_spoke(spoke)
+    client = api(fed)
+    await wait_http(client, {"eu-1", "us-1"})
+    bus = Bus(BusSettings(url=fed.nats.url, name="drill"))
+    await bus.connect()
+    log = tmp_path / "runs.log"
+    accepted: list[str] = []
+
+    async def submitter() -> None:
+        for i in range(500):
+            wid = await submit_retrying(bus, job(log, f"j{i}", 0.2))
+            if wid is not None:
+                accepted.append(wid)
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(submitter())
+    while len(accepted) < 150:
+        await asyncio.sleep(0.05)
+    fed.kill("hub")  # kill -9 mid-stream: submissions, placements and events in flight
+    await asyncio.sleep(1.0)
+    fed.start_hub()
+    await task
+    await bus.close()
+    assert len(accepted) == 500
+    records = await wait_terminal(client, set(accepted), timeout=180)
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    counts = Counter(wid for wid, _node in runs(log))
+    assert all(counts[w] == 1 for w in accepted), {w: counts[w] for w in accepted if counts[w] != 1}
+    assert max(counts.values()) == 1  # not even an unacknowledged submission ran twice
+
+
+async def test_dead_spoke_work_reruns_elsewhere_once_and_is_not_resumed(
+    make_fed: Any, api: Any, tmp_path: Path
+) -> None:
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),
+        SimSpoke("eu-2", "eu", nodes=1, gpus=4, model="H100"),
+    )
+    fed: Federation = make_fed(
+        fleet, hub_args=("--suspect-after", "2.5", "--lost-after", "4"), spoke_args=()
+    )
+    fed.start_hub()
+    fed.start_spoke(fed.spoke("eu-1"))
+    client = api(fed)
+    await wait_http(client, {"eu-1"})
+    log = tmp_path / "runs.log"
+    ids = []
+    for i in range(4):
+        response = await client.post(
+            "/v1/workloads", json=job(log, f"long-{i}", 8, restart_policy="on_failure")
+        )
+        ids.append(response.json()["id"])
+    while len(runs(log)) < 4:
+        await asyncio.sleep(0.05)
+    fed.start_spoke(fed.spoke("eu-2"))
+    await wait_http(client, {"eu-1", "eu-2"})
+    fed.kill("eu-1")  # its workloads' processes run on, orphaned
+    records = await wait_terminal(client, set(ids), timeout=60)
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    assert {r["spoke_id"] for r in records.values()} == {"eu-2"}
+    on_eu2 = Counter(w for w, node in runs(log) if node.startswith("eu-2"))
+    assert all(on_eu2[w] == 1 for w in ids)
+    # The dead spoke comes back with its old state: it must stop, not resume, the moved work.
+    fed.start_spoke(fed.spoke("eu-1"))
+    await wait_http(client, {"eu-1", "eu-2"})
+    await asyncio.sleep(2.0)
+    spokes = {s["id"]: s for s in (await client.get("/v1/spokes")).json()}
+    assert spokes["eu-1"]["running"] == 0
+    on_eu1 = Counter(w for w, node in runs(log) if node.startswith("eu-1"))
+    assert all(on_eu1[w] == 1 for w in ids)  # the original start only, never a second
+    final = {r["id"]: r for r in (await client.get("/v1/workloads")).json()}
+    assert {final[w]["phase"] for w in ids} == {"succeeded"}
+
+
+async def test_nats_restart_mid_run_loses_nothing(make_fed: Any, api: Any, tmp_path: Path) -> None:
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
+        SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
+    )
+    fed: Federation = make_fed(fleet)
+    fed.start_hub()
+    for spoke in fleet:
+        fed.start_spoke(spoke)
+    client = api(fed)
+    await wait_http(client, {"eu-1", "us-1"})
+    log = tmp_path / "runs.log"
+    ids = []
+    for i in range(60):
+        response = await client.post("/v1/workloads", json=job(log, f"j{i}", 0.5 + (i % 3)))
+        ids.append(response.json()["id"])
+    await asyncio.sleep(1.5)
+    fed.nats.stop()  # stopped by its own handle; same port and data dir when it comes back
+    await asyncio.sleep(3.0)
+    fed.nats.start()
+    records = await wait_terminal(client, set(ids), timeout=120)
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    counts = Counter(w for w, _ in runs(log))
+    assert all(counts[w] == 1 for w in ids)
+
+
+async def test_spoke_cut_off_briefly_keeps_its_work(make_fed: Any, api: Any, tmp_path: Path) -> None:
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),
+        SimSpoke("us-1", "us", nodes=1, gpus=4, model="H100"),
+    )
+    fed: Federation = make_fed(
+        fleet, hub_args=("--suspect-after", "2.5", "--lost-after", "30"), spoke_args=()
+    )
+    proxy = CuttableProxy("127.0.0.1", fed.nats.port)
+    await proxy.start()
+    try:
+        fed.start_hub()
+        fed.start_spoke(fed.spoke("eu-1"), nats_url=proxy.url)
+        client = api(fed)
+        await wait_http(client, {"eu-1"})
+        log = tmp_path / "runs.log"
+        ids = []
+        for i in range(4):
+            response = await client.post("/v1/workloads", json=job(log, f"cut-{i}", 3))
+            ids.append(response.json()["id"])
+        while len(runs(log)) < 4:
+            await asyncio.sleep(0.05)
+        fed.start_spoke(fed.spoke("us-1"))
+        await wait_http(client, {"us-1"})
+        await proxy.cut()
+        await asyncio.sleep(3.5)
+        spokes = {s["id"]: s for s in (await client.get("/v1/spokes")).json()}
+        assert spokes["eu-1"]["status"] == "suspect"
+        # New work goes to the spoke that is still there.
+        late = (await client.post("/v1/workloads", json=job(log, "late", 0.1))).json()["id"]
+        await asyncio.sleep(1.0)  # the cut spoke's work ends while it is away
+        await proxy.restore()
+        records = await wait_terminal(client, {*ids, late}, timeout=60)
+    finally:
+        await proxy.close()
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    assert {records[w]["spoke_id"] for w in ids} == {"eu-1"}
+    assert records[late]["spoke_id"] == "us-1"
+    counts = Counter(w for w, _ in runs(log))
+    assert all(counts[w] == 1 for w in [*ids, late])
