@@ -13,15 +13,18 @@ _NodeKey = tuple[str, str]  # (spoke id, node name)
 
 def build_snapshot(
     reports: Mapping[str, CapacityReport],
-    active: Iterable[tuple[RunningWorkload, int]],
+    active: Iterable[tuple[RunningWorkload, int, int | None]],
     accepting: Mapping[str, bool],
     ended: Iterable[tuple[RunningWorkload, int]] = (),
 ) -> Snapshot:
     """The fleet as placement should see it.
 
-    `active` lists every workload the hub has placed and not yet seen end, with its epoch. Those
-    the spoke's report does not show running yet are *assumed*: their devices are taken off the
-    report's free devices, so a stale report never lets a device be given twice.
+    `active` lists every workload the hub has placed and not yet seen end, with its epoch and
+    the command stream sequence of its Place (None if unknown). Those the spoke's report does
+    not show running yet are *assumed*: their devices are taken off the report's free devices,
+    so a stale report never lets a device be given twice. Once a report says the spoke applied
+    that command and the workload is not running, it ended there (its end is on its way): the
+    report's free devices are right and nothing is assumed.
 
     `ended` lists workloads whose end the hub has already heard of. A spoke releases a
     workload's devices before it reports the end, so where its last report still shows one of
@@ -29,8 +32,10 @@ def build_snapshot(
     """
     taken: dict[_NodeKey, list[Assignment]] = defaultdict(list)
     given_back: dict[_NodeKey, list[Assignment]] = defaultdict(list)
-    for workload, epoch in active:
-        if not _reported_running(reports, workload, epoch):
+    for workload, epoch, command_seq in active:
+        if not _reported_running(reports, workload, epoch) and not _applied(
+            reports, workload, command_seq
+        ):
             for a in workload.assignments:
                 taken[(workload.spoke_id, a.node)].append(a)
     for workload, epoch in ended:
@@ -53,9 +58,19 @@ def build_snapshot(
                 labels=report.labels,
                 accepts_work=accepting.get(spoke_id, True),
                 price_per_gpu_hour=report.price_per_gpu_hour,
+                reserved_for=_reserved_for(report),
             )
         )
     return Snapshot(spokes=tuple(spokes))
+
+
+#: Label a burst instance's spoke carries: the team it was rented for (and is reserved to).
+BURST_TEAM_LABEL = "burst-team"
+
+
+def _reserved_for(report: CapacityReport) -> tuple[str, ...]:
+    team = report.labels.get(BURST_TEAM_LABEL)
+    return (team,) if team else ()
 
 
 def _reported_running(
@@ -65,6 +80,13 @@ def _reported_running(
     return report is not None and any(
         r.workload_id == workload.id and r.epoch == epoch for r in report.running
     )
+
+
+def _applied(
+    reports: Mapping[str, CapacityReport], workload: RunningWorkload, command_seq: int | None
+) -> bool:
+    report = reports.get(workload.spoke_id)
+    return report is not None and command_seq is not None and report.applied_seq >= command_seq
 
 
 def _node(

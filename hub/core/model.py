@@ -33,6 +33,8 @@ class Spoke:
     labels: Mapping[str, str] = field(default_factory=dict)
     accepts_work: bool = True  # False while its lease is suspect
     price_per_gpu_hour: float = 0.0
+    # When set, only these teams may place here (a cloud spoke launched for their demand).
+    reserved_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,12 @@ class RunningWorkload:
     spoke_id: str
     assignments: tuple[Assignment, ...]
     started_at: float
+    # Set by the hub once a Preempt command went out: the devices are about to be freed, and
+    # the workload is never chosen as a victim again.
+    preempting: bool = False
+    # The pending workload it was preempted for (Preemption.for_workload), when known: its
+    # devices count toward that workload first.
+    preempted_for: str | None = None
 
 
 class Reason(StrEnum):
@@ -68,8 +76,16 @@ class Reason(StrEnum):
     NO_SPOKES = "no_spokes"
     NO_MATCHING_MODEL = "no_matching_model"
     NO_MATCHING_REGION = "no_matching_region"
+    NO_MATCHING_LABELS = "no_matching_labels"
+    BURST_NOT_ALLOWED = "burst_not_allowed"
+    RESERVED_FOR_OTHER_TEAMS = "reserved_for_other_teams"
     INSUFFICIENT_FREE = "insufficient_free"
     SHAPE_NEVER_FITS = "shape_never_fits"
+    TEAM_LIMIT = "team_limit"
+    DEPARTMENT_LIMIT = "department_limit"
+    GUARANTEE_EXHAUSTED = "guarantee_exhausted"
+    WAITING_FOR_PREEMPTION = "waiting_for_preemption"
+    UNKNOWN_PRIORITY_CLASS = "unknown_priority_class"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +100,9 @@ class Preemption:
     workload_id: str
     spoke_id: str
     reason: str
+    # The pending workload that needs the devices; the hub passes it back as
+    # RunningWorkload.preempted_for while the victim stops.
+    for_workload: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +110,8 @@ class Unplaced:
     workload_id: str
     reason: Reason
     message: str  # a sentence a person can act on
+    # Running workloads it waits for (preempted for it, now stopping).
+    waiting_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,24 +1,36 @@
-"""First-fit placement of pending workloads onto free GPUs."""
+"""One placement cycle: admit, order, fit, preempt and explain.
+
+`plan()` is the hub's whole scheduling decision. It goes through the pending workloads in queue
+order (`fairshare`), checks each against its team's quota (`quotas`), gives it the best-ranked
+free devices (`fit`), and when none are free, looks for running work it may wait for or evict
+(`preemption`). Whatever stays pending gets a reason code and a sentence (`explain`).
+
+Placements made earlier in the plan take their devices off the working copy of the fleet
+(`capacity`) and count toward their team's usage, so nothing is booked twice within a plan.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hub.core import explain
+from hub.core.capacity import Capacity
+from hub.core.fairshare import queue_order
+from hub.core.fit import Fit, Sig, build_sig, find, model_rank, sig_key, take
 from hub.core.model import (
-    Node,
     Placement,
     Plan,
-    Reason,
+    Preemption,
     RunningWorkload,
     Snapshot,
-    Spoke,
     Unplaced,
     Workload,
 )
-from hub.core.policy import Policy
-from schemas import Assignment, SpokeKind, WorkloadSpec
-
-_EPS = 1e-9
+from hub.core.policy import Policy, PriorityClass, Team
+from hub.core.preemption import Rescue, claim, rescue
+from hub.core.quotas import Block, Ledger
+from hub.core.victims import Victims, tally
+from schemas import WorkloadSpec
 
 
 def plan(
@@ -28,133 +40,195 @@ def plan(
     policy: Policy,
     now: float,
 ) -> Plan:
-    """Place what fits, highest priority first, then oldest; explain the rest.
+    """Place what fits, preempt where the rules allow, explain the rest.
 
-    Pure: reads only its arguments and never mutates them.
+    Pure: reads only its arguments and never mutates them; the same arguments give the same
+    plan.
     """
-    del running, now  # used by the policy engine (preemption, aging)
-    free = _FreeMap(snapshot)
-    order = sorted(
-        pending, key=lambda w: (-policy.priority(w.spec.priority_class), w.submitted_at, w.id)
-    )
-    placements: list[Placement] = []
-    unplaced: list[Unplaced] = []
-    for workload in order:
-        placement = _place_one(workload, snapshot, free)
-        if placement is not None:
-            placements.append(placement)
-        else:
-            unplaced.append(_explain(workload, snapshot))
-    return Plan(placements=tuple(placements), unplaced=tuple(unplaced))
+    return _Planner(snapshot, running, policy, now).run(pending)
 
 
-class _FreeMap:
-    """Mutable working copy of free devices, so the input snapshot stays untouched."""
+class _Planner:
+    """The working state of one plan() call."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.whole: dict[tuple[str, str], list[int]] = {}
-        self.shared: dict[tuple[str, str], dict[int, float]] = {}
-        for spoke in snapshot.spokes:
-            for node in spoke.nodes:
-                key = (spoke.id, node.name)
-                self.whole[key] = list(node.free)
-                self.shared[key] = dict(node.free_fraction)
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        running: Sequence[RunningWorkload],
+        policy: Policy,
+        now: float,
+    ) -> None:
+        self.policy = policy
+        self.now = now
+        self.running = running
+        self.capacity = Capacity(snapshot)
+        self.models = self.capacity.model_of
+        self.ledger = Ledger(policy, self.capacity.total_by_model)
+        self.tally = tally(running, self.models)
+        for (team, model, preempting, name), amount in sorted(self.tally.sums.items()):
+            value = policy.priority(name)
+            self.ledger.add(team, model, amount, value, preempting=preempting)
+        self.sigs: dict[object, Sig] = {}
+        self.never: dict[tuple[object, ...], explain.Why | None] = {}
+        # (team, signature, model) -> (class value, shape) that found no room by preemption
+        self.no_rescue: dict[tuple[str, object, str], list[tuple[int, _Shape]]] = {}
+        self._victims: Victims | None = None
+        self.undecided: set[str] = set()
+        self.placements: list[Placement] = []
+        self.preemptions: list[Preemption] = []
+        self.unplaced: list[Unplaced] = []
 
+    def run(self, pending: Sequence[Workload]) -> Plan:
+        entries: list[tuple[Workload, PriorityClass]] = []
+        for workload in pending:
+            cls = self.policy.priority_class(workload.spec.priority_class)
+            if cls is None:
+                why = explain.unknown_class(workload.spec.priority_class)
+                self.unplaced.append(Unplaced(workload.id, *why))
+            else:
+                entries.append((workload, cls))
+        self.undecided.update(w.id for w, _ in entries)
+        for workload, cls in queue_order(entries, self.policy, self.now, self.ledger.share):
+            self.undecided.discard(workload.id)
+            self._decide(workload, cls)
+        return Plan(
+            placements=tuple(self.placements),
+            preemptions=tuple(self.preemptions),
+            unplaced=tuple(self.unplaced),
+        )
 
-def _candidate_spokes(spec: WorkloadSpec, snapshot: Snapshot) -> list[Spoke]:
-    regions = spec.affinity.required_regions
-    spokes = [
-        s for s in snapshot.spokes if s.accepts_work and (not regions or s.region in regions)
-    ]
-    preferred = spec.affinity.preferred_regions
-    return sorted(
-        spokes,
-        key=lambda s: (s.kind != SpokeKind.ONPREM, bool(preferred) and s.region not in preferred),
-    )
+    def _decide(self, workload: Workload, cls: PriorityClass) -> None:
+        spec = workload.spec
+        team = self.policy.team(spec.team)
+        reserved_key = spec.team if self.capacity.has_reserved else ""
+        key = sig_key(spec, team.may_burst, reserved_key)
+        sig = self.sigs.get(key)
+        if sig is None:
+            sig = self.sigs[key] = build_sig(key, spec, self.capacity, team.may_burst, spec.team)
+        amount = spec.total_gpus
+        best: Fit | None = None
+        best_model = ""
+        blocked: list[tuple[str, int, Block]] = []
+        for model in sig.by_model:
+            rank = model_rank(spec, model)
+            block = self.ledger.admit(spec.team, cls, model, amount)
+            if block is not None:
+                blocked.append((model, rank, block))
+                continue
+            fit = find(sig, spec, model, rank)
+            if fit is not None and (best is None or fit.rank < best.rank):
+                best, best_model = fit, model
+        if best is not None:
+            assignments = take(best)
+            self.ledger.add(spec.team, best_model, amount, cls.value)
+            self.placements.append(Placement(workload.id, best.spoke_id, assignments))
+            return
+        why = self._never_fits(spec, sig, team)
+        if why is not None:
+            self.unplaced.append(Unplaced(workload.id, *why))
+            return
+        quota_fits = {m: find(sig, spec, m, rank) for m, rank, _ in blocked}
+        found = self._rescue(workload, cls, sig, quota_fits)
+        if found is not None:
+            self._apply(workload, cls, found)
+            return
+        for model, _, block in blocked:
+            if quota_fits[model] is not None:
+                self.unplaced.append(Unplaced(workload.id, block.reason, block.message))
+                return
+        if blocked and len(blocked) == len(sig.by_model):
+            block = blocked[0][2]
+            self.unplaced.append(Unplaced(workload.id, block.reason, block.message))
+            return
+        self.unplaced.append(Unplaced(workload.id, *explain.no_room(spec)))
 
+    def _never_fits(self, spec: WorkloadSpec, sig: Sig, team: Team) -> explain.Why | None:
+        """Why `spec` can never fit, remembered per signature and shape (and team)."""
+        shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction is None)
+        key = (sig.key, shape) if sig.eligible else (sig.key, shape, spec.team)
+        if key not in self.never:
+            eligible = [p for pools in sig.by_model.values() for p in pools]
+            self.never[key] = explain.never_fits(spec, team, self.capacity, eligible)
+        return self.never[key]
 
-def _node_matches(node: Node, spec: WorkloadSpec) -> bool:
-    if not node.schedulable:
-        return False
-    if spec.gpu_models and node.gpu_model not in spec.gpu_models:
-        return False
-    return all(node.labels.get(k) == v for k, v in spec.affinity.required_labels.items())
-
-
-def _place_one(workload: Workload, snapshot: Snapshot, free: _FreeMap) -> Placement | None:
-    spec = workload.spec
-    for spoke in _candidate_spokes(spec, snapshot):
-        nodes = [n for n in spoke.nodes if _node_matches(n, spec)]
-        if spec.gpu_fraction is not None:
-            assignment = _place_fraction(spoke, nodes, spec.gpu_fraction, free)
-            if assignment is not None:
-                return Placement(workload.id, spoke.id, (assignment,))
-            continue
-        chosen = [
-            n for n in nodes if len(free.whole[(spoke.id, n.name)]) >= spec.gpus_per_node
-        ][: spec.nodes]
-        if len(chosen) < spec.nodes:
-            continue
-        assignments = []
-        for node in chosen:
-            devices = free.whole[(spoke.id, node.name)]
-            taken, free.whole[(spoke.id, node.name)] = (
-                devices[: spec.gpus_per_node],
-                devices[spec.gpus_per_node :],
+    def _rescue(
+        self,
+        workload: Workload,
+        cls: PriorityClass,
+        sig: Sig,
+        quota_fits: dict[str, Fit | None],
+    ) -> Rescue | None:
+        """The cheapest way over all acceptable models to make room by preemption."""
+        if not self.running:
+            return None
+        spec = workload.spec
+        victims = self._victims_index()
+        best: Rescue | None = None
+        shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
+        for model in sig.by_model:
+            failed = self.no_rescue.setdefault((spec.team, sig.key, model), [])
+            earmarked = workload.id in victims.earmarked  # work stopping for it: look again
+            if not earmarked and any(_dominates(f, cls.value, shape) for f in failed):
+                continue
+            rank = model_rank(spec, model)
+            found = rescue(
+                workload,
+                cls,
+                sig,
+                model,
+                rank,
+                quota_fits.get(model),
+                victims,
+                self.ledger,
+                self.now,
             )
-            assignments.append(Assignment(node=node.name, devices=tuple(taken)))
-        return Placement(workload.id, spoke.id, tuple(assignments))
-    return None
+            if found is None:
+                failed.append((cls.value, shape))
+            elif best is None or found.cost < best.cost:
+                best = found
+        return best
+
+    def _apply(self, workload: Workload, cls: PriorityClass, found: Rescue) -> None:
+        spec = workload.spec
+        claim(found, self._victims_index())
+        self.ledger.add(spec.team, found.model, spec.total_gpus, cls.value)
+        for h in found.victims:
+            if h.team == spec.team:
+                text = (
+                    f"preempted for higher-priority {cls.name} workload {workload.id} "
+                    f"of team {spec.team}"
+                )
+            else:
+                text = (
+                    f"reclaimed for team {spec.team}'s guaranteed {found.model} "
+                    f"(workload {workload.id})"
+                )
+            self.preemptions.append(
+                Preemption(h.id, h.workload.spoke_id, text, for_workload=workload.id)
+            )
+        waiting_for = tuple(h.id for h in (*found.waits, *found.victims))
+        reason, message = explain.waiting(len(waiting_for))
+        self.unplaced.append(Unplaced(workload.id, reason, message, waiting_for))
+
+    def _victims_index(self) -> Victims:
+        if self._victims is None:
+            self._victims = Victims(self.tally, self.capacity, self.ledger, self.policy)
+            self._victims.undecided = self.undecided
+        return self._victims
 
 
-def _place_fraction(
-    spoke: Spoke, nodes: list[Node], fraction: float, free: _FreeMap
-) -> Assignment | None:
-    # Pack onto an already shared device first, so whole devices stay whole.
-    for node in nodes:
-        shared = free.shared[(spoke.id, node.name)]
-        for device, left in sorted(shared.items()):
-            if left + _EPS >= fraction:
-                shared[device] = left - fraction
-                return Assignment(node=node.name, devices=(device,), fraction=fraction)
-    for node in nodes:
-        whole = free.whole[(spoke.id, node.name)]
-        if whole:
-            device = whole.pop(0)
-            free.shared[(spoke.id, node.name)][device] = 1.0 - fraction
-            return Assignment(node=node.name, devices=(device,), fraction=fraction)
-    return None
+_Shape = tuple[int, int, float | None]  # nodes, GPUs per node, fraction
 
 
-def _explain(workload: Workload, snapshot: Snapshot) -> Unplaced:
-    spec = workload.spec
-    wid = workload.id
-    shape = (
-        f"{spec.gpu_fraction:g} of a GPU"
-        if spec.gpu_fraction is not None
-        else f"{spec.nodes} x {spec.gpus_per_node} GPUs"
-    )
-    models = "/".join(spec.gpu_models) or "any model"
-    if not snapshot.spokes:
-        return Unplaced(wid, Reason.NO_SPOKES, "no spoke has reported capacity yet")
-    spokes = _candidate_spokes(spec, snapshot)
-    if not spokes:
-        regions = ", ".join(spec.affinity.required_regions)
-        return Unplaced(
-            wid, Reason.NO_MATCHING_REGION, f"no spoke accepting work in region(s) {regions}"
-        )
-    fitting = [(s, [n for n in s.nodes if _node_matches(n, spec)]) for s in spokes]
-    if not any(nodes for _, nodes in fitting):
-        return Unplaced(wid, Reason.NO_MATCHING_MODEL, f"no schedulable node with {models} GPUs")
-    if spec.gpu_fraction is None and not any(
-        len([n for n in nodes if n.gpu_count >= spec.gpus_per_node]) >= spec.nodes
-        for _, nodes in fitting
-    ):
-        return Unplaced(
-            wid,
-            Reason.SHAPE_NEVER_FITS,
-            f"no spoke has {spec.nodes} node(s) with {spec.gpus_per_node} {models} GPUs each",
-        )
-    return Unplaced(
-        wid, Reason.INSUFFICIENT_FREE, f"waiting for {shape} ({models}) to become free"
-    )
+def _dominates(failed: tuple[int, _Shape], value: int, shape: _Shape) -> bool:
+    """A failed search for room implies this one fails too.
+
+    Free devices, unchosen victims and guarantee room only shrink within a plan; a lower
+    priority may evict less, and a bigger shape needs more.
+    """
+    failed_value, (nodes, gpus, fraction) = failed
+    if value > failed_value:
+        return False
+    if fraction is not None or shape[2] is not None:
+        return fraction is not None and shape[2] is not None and shape[2] >= fraction
+    return shape[0] >= nodes and shape[1] >= gpus

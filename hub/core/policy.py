@@ -1,11 +1,32 @@
-"""Scheduling policy: priority classes (teams and quotas come with the policy engine)."""
+"""Scheduling policy: priority classes, teams, departments, quotas, fair share and aging.
+
+Plain frozen data the placement core decides with; `hub.policyfile` reads it from YAML/JSON and
+`check_policy` lists what is wrong with one (the loader refuses a policy with problems).
+
+Choices worth knowing (docs/policy.md explains them for users):
+
+- **No teams means no quotas.** `Policy()` admits everything that fits (only priorities, fair
+  share and aging apply).
+- **Unknown teams** (a workload's team is not listed while the policy lists teams) get
+  `default_team`'s settings: by default no guarantee, unlimited borrowing, weight 1, and burst
+  allowed. A site that wants unlisted teams off the cloud sets `default_team.may_burst: false`
+  (the example policy does).
+- **Quotas are per GPU model.** A quota entry keyed `"*"` applies to every model not listed; a
+  model with no entry and no `"*"` has no guarantee and no limit.
+- **Departments share a quota.** A department's `guaranteed` includes its teams' own guarantees;
+  what is left over is a pool any member may use as guaranteed capacity. Its `limit` caps the
+  members' usage together.
+- **Classes that are never preempted never borrow**: work that cannot be reclaimed must run
+  within guarantees, otherwise a guarantee could not be honoured.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-#: Default priority classes, highest first.
+#: Default priority values, highest first.
 DEFAULT_PRIORITIES: Mapping[str, int] = {
     "production": 1000,
     "training": 500,
@@ -13,13 +34,215 @@ DEFAULT_PRIORITIES: Mapping[str, int] = {
     "batch": 100,
 }
 
+#: Quota key that applies to every GPU model without its own entry.
+ANY_MODEL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """GPUs of one model: `guaranteed` is reclaimable on demand, `limit` caps all use.
+
+    `limit=None` means no cap beyond what is idle. Both count fractional GPUs as their share.
+    """
+
+    guaranteed: float = 0.0
+    limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """A named priority. Higher `value` is placed first and may evict lower (same team)."""
+
+    name: str
+    value: int
+    preemptible: bool = True
+    may_borrow: bool = True
+
+
+DEFAULT_CLASSES: tuple[PriorityClass, ...] = (
+    PriorityClass("production", 1000, preemptible=False, may_borrow=False),
+    PriorityClass("training", 500),
+    PriorityClass("dev", 300),
+    PriorityClass("batch", 100),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Department:
+    """A group of teams sharing one quota per GPU model."""
+
+    name: str
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """Who submits work: quotas per GPU model, a fair-share weight, whether it may burst."""
+
+    name: str
+    department: str | None = None
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+    weight: float = 1.0
+    may_burst: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Aging:
+    """Waiting raises a workload's queue priority by `step` every `interval_s` seconds.
+
+    Aged priority never reaches the lowest non-preemptible class (production), and it only
+    changes queue order: preemption compares the classes' own values, so waiting never lets
+    work evict anything.
+    """
+
+    interval_s: float = 900.0
+    step: int = 25
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     """Global policy the placement core decides with."""
 
-    priorities: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITIES))
+    classes: tuple[PriorityClass, ...] = DEFAULT_CLASSES
+    teams: tuple[Team, ...] = ()
+    departments: tuple[Department, ...] = ()
+    default_team: Team = field(default_factory=lambda: Team(name="*", may_burst=True))
+    aging: Aging = field(default_factory=Aging)
+    _classes: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False)
+    _teams: Mapping[str, Team] = field(init=False, repr=False, compare=False)
+    _departments: Mapping[str, Department] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Indexes for O(1) look-ups; on duplicates the first entry wins (check_policy says so).
+        object.__setattr__(self, "_classes", _index(self.classes))
+        object.__setattr__(self, "_teams", _index(self.teams))
+        object.__setattr__(self, "_departments", _index(self.departments))
+
+    @property
+    def priorities(self) -> Mapping[str, int]:
+        """Priority class values by name."""
+        return {c.name: c.value for c in self.classes}
+
+    @property
+    def has_quotas(self) -> bool:
+        """False when nothing limits anyone: no teams, no departments, no default quotas."""
+        return bool(self.teams or self.departments or self.default_team.quotas)
 
     def priority(self, class_name: str) -> int:
         """Value of a priority class; unknown classes rank lowest."""
-        return self.priorities.get(class_name, 0)
+        cls = self._classes.get(class_name)
+        return cls.value if cls is not None else 0
+
+    def priority_class(self, class_name: str) -> PriorityClass | None:
+        """The class named `class_name`, or None when the policy does not define it."""
+        return self._classes.get(class_name)
+
+    def team(self, name: str) -> Team:
+        """The team's settings; unlisted teams get `default_team`'s."""
+        team = self._teams.get(name)
+        return team if team is not None else self.default_team
+
+    def department(self, name: str | None) -> Department | None:
+        """The department named `name` (None for none or unknown)."""
+        return self._departments.get(name) if name is not None else None
+
+    def aging_cap(self) -> int:
+        """Highest queue priority aging may give: just below the lowest never-preempted class."""
+        fixed = [c.value for c in self.classes if not c.preemptible]
+        if fixed:
+            return min(fixed) - 1
+        return max((c.value for c in self.classes), default=0)
+
+
+_Named = TypeVar("_Named", PriorityClass, Team, Department)
+
+
+def quota_for(quotas: Mapping[str, Quota], model: str) -> Quota | None:
+    """The quota entry for `model`: its own, else the `"*"` entry, else None (unlimited)."""
+    quota = quotas.get(model)
+    if quota is None:
+        quota = quotas.get(ANY_MODEL)
+    return quota
+
+
+def check_policy(policy: Policy) -> list[str]:
+    """Every problem with `policy`, each as "field path: what is wrong"; empty when valid."""
+    problems: list[str] = []
+    if not policy.classes:
+        problems.append("priority_classes: at least one class is needed")
+    problems += _duplicates("priority_classes", [c.name for c in policy.classes])
+    problems += _duplicates("teams", [t.name for t in policy.teams])
+    problems += _duplicates("departments", [d.name for d in policy.departments])
+    for cls in policy.classes:
+        where = f"priority_classes[{cls.name}]"
+        if cls.name == "production" and cls.preemptible:
+            problems.append(f"{where}.preemptible: production work is never preempted")
+        if not cls.preemptible and cls.may_borrow:
+            problems.append(
+                f"{where}.may_borrow: a class that is never preempted cannot borrow, "
+                "or borrowed GPUs could never be reclaimed for a team's guarantee"
+            )
+    for dept in policy.departments:
+        problems += _quota_problems(f"departments[{dept.name}]", dept.quotas)
+    for team in (*policy.teams, policy.default_team):
+        where = "default_team" if team is policy.default_team else f"teams[{team.name}]"
+        if not team.weight > 0:
+            problems.append(f"{where}.weight: must be greater than 0, got {team.weight:g}")
+        problems += _quota_problems(where, team.quotas)
+        if team.department is not None and policy.department(team.department) is None:
+            problems.append(f"{where}.department: unknown department {team.department!r}")
+    problems += _department_guarantees(policy)
+    if policy.aging.interval_s <= 0:
+        problems.append("aging.interval_s: must be greater than 0")
+    if policy.aging.step < 0:
+        problems.append("aging.step: must not be negative")
+    return problems
+
+
+def _index(items: tuple[_Named, ...]) -> dict[str, _Named]:
+    index: dict[str, _Named] = {}
+    for item in items:
+        index.setdefault(item.name, item)
+    return index
+
+
+def _duplicates(where: str, names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    problems = []
+    for name in names:
+        if name in seen:
+            problems.append(f"{where}[{name}]: defined more than once")
+        seen.add(name)
+    return problems
+
+
+def _quota_problems(where: str, quotas: Mapping[str, Quota]) -> list[str]:
+    problems = []
+    for model, quota in quotas.items():
+        at = f"{where}.quotas[{model}]"
+        if quota.guaranteed < 0:
+            problems.append(f"{at}.guaranteed: must not be negative, got {quota.guaranteed:g}")
+        if quota.limit is not None and quota.limit < quota.guaranteed:
+            problems.append(
+                f"{at}.limit: {quota.limit:g} is below the guaranteed {quota.guaranteed:g}"
+            )
+    return problems
+
+
+def _department_guarantees(policy: Policy) -> list[str]:
+    """Team guarantees are carved out of their department's; they may not add up to more."""
+    problems = []
+    for dept in policy.departments:
+        members = [t for t in policy.teams if t.department == dept.name]
+        models = {m for t in members for m in t.quotas} | set(dept.quotas)
+        for model in sorted(models):
+            dept_quota = quota_for(dept.quotas, model)
+            if dept_quota is None:
+                continue
+            total = sum((q.guaranteed for t in members if (q := quota_for(t.quotas, model))), 0.0)
+            if total > dept_quota.guaranteed + 1e-9:
+                problems.append(
+                    f"departments[{dept.name}].quotas[{model}].guaranteed: "
+                    f"{dept_quota.guaranteed:g} is less than its teams' guarantees ({total:g})"
+                )
+    return problems

@@ -1,0 +1,223 @@
+"""A working copy of the fleet's free devices, indexed so best-fit search is cheap.
+
+Nodes of one spoke with the same GPU model and labels form a *pool*. A pool files its nodes by
+how many wholly free devices they have (`by_k[k]`, with a bit mask of the non-empty counts),
+and keeps its shared devices sorted by the share still free. Finding the fullest node that still
+fits `g` GPUs is then a shift and a bit trick per pool, not a scan of nodes.
+
+The snapshot is never mutated: free tuples are replaced, shared maps are copied on setup.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Mapping
+
+from hub.core.model import Node, Snapshot, Spoke
+from schemas import SpokeKind
+
+EPS = 1e-9
+
+
+class Pool:
+    """Schedulable nodes of one accepting spoke with one GPU model and the same labels."""
+
+    __slots__ = (
+        "_sizes",
+        "by_k",
+        "cloud",
+        "free",
+        "index",
+        "labels",
+        "mask",
+        "model",
+        "nodes",
+        "price",
+        "region",
+        "shared",
+        "shared_sorted",
+        "spoke",
+        "spoke_id",
+        "total",
+    )
+
+    def __init__(self, index: int, spoke: Spoke, model: str, labels: Mapping[str, str]) -> None:
+        self.index = index
+        self.spoke = spoke
+        self.spoke_id = spoke.id
+        self.region = spoke.region
+        self.cloud = spoke.kind == SpokeKind.CLOUD
+        self.price = spoke.price_per_gpu_hour
+        self.model = model
+        self.labels = labels
+        self.nodes: list[Node] = []
+        self.free: list[tuple[int, ...]] = []  # wholly free devices per node
+        self.shared: dict[int, dict[int, float]] = {}  # node -> device -> free share
+        self.shared_sorted: list[tuple[float, int, int]] = []  # (free share, node, device)
+        self.by_k: dict[int, set[int]] = {}  # wholly free count -> nodes
+        self.mask = 0  # bit k set when by_k[k] is non-empty
+        self.total = 0  # GPUs in the pool
+        self._sizes: dict[int, int] | None = None  # GPUs per node -> nodes
+
+    def nodes_with(self, g: int) -> int:
+        """How many nodes of the pool have at least `g` GPUs in all (free or not)."""
+        counts = self._sizes
+        if counts is None:
+            counts = self._sizes = {}
+            for node in self.nodes:
+                counts[node.gpu_count] = counts.get(node.gpu_count, 0) + 1
+        return sum(n for size, n in counts.items() if size >= g)
+
+    def best_k(self, g: int) -> int:
+        """Fewest wholly free devices (>= g) any node of the pool has; 0 when none fits."""
+        m = self.mask >> g
+        if not m:
+            return 0
+        return g + (m & -m).bit_length() - 1
+
+    def take_whole(self, i: int, g: int) -> tuple[int, ...]:
+        """Give away the `g` lowest free devices of node `i`."""
+        free = self.free[i]
+        k = len(free)
+        self.free[i] = free[g:]
+        self._move(i, k, k - g)
+        return free[:g]
+
+    def best_shared(self, fraction: float) -> tuple[float, int, int] | None:
+        """The shared device with the least free share that still holds `fraction`."""
+        at = bisect_left(self.shared_sorted, (fraction - EPS, -1, -1))
+        if at == len(self.shared_sorted):
+            return None
+        return self.shared_sorted[at]
+
+    def take_share(self, i: int, device: int, fraction: float) -> None:
+        """Give `fraction` of shared device `device` of node `i`."""
+        shares = self.shared[i]
+        left = shares[device]
+        if left > EPS:
+            del self.shared_sorted[bisect_left(self.shared_sorted, (left, i, device))]
+        left = max(0.0, left - fraction)
+        shares[device] = left
+        if left > EPS:
+            insort(self.shared_sorted, (left, i, device))
+
+    def share_whole(self, i: int, fraction: float) -> int:
+        """Turn the lowest free device of node `i` into a shared one and give `fraction` of it."""
+        (device,) = self.take_whole(i, 1)
+        self.shared.setdefault(i, {})[device] = 1.0
+        insort(self.shared_sorted, (1.0, i, device))
+        self.take_share(i, device, fraction)
+        return device
+
+    def _move(self, i: int, old: int, new: int) -> None:
+        bucket = self.by_k[old]
+        bucket.discard(i)
+        if not bucket:
+            del self.by_k[old]
+            self.mask &= ~(1 << old)
+        if new > 0:
+            bucket = self.by_k.get(new)  # type: ignore[assignment]
+            if bucket is None:
+                bucket = self.by_k[new] = set()
+                self.mask |= 1 << new
+            bucket.add(i)
+
+
+class Capacity:
+    """Free capacity of the accepting spokes, changed as the plan gives devices away."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.pools: list[Pool] = []
+        self.pools_by_model: dict[str, list[Pool]] = {}
+        self.total_by_model: dict[str, float] = {}
+        self._where: dict[str, dict[str, tuple[Pool, int]]] = {}
+        self._spoke_pools: dict[str, list[Pool]] = {}
+        self._views: dict[tuple[str, bool], tuple[list[Pool], set[int]]] = {}
+        self.model_of: dict[str, dict[str, str]] = {}  # spoke -> node -> GPU model, all spokes
+        for spoke in snapshot.spokes:
+            if spoke.accepts_work:
+                self._add_spoke(spoke)
+            else:
+                self.model_of[spoke.id] = {node.name: node.gpu_model for node in spoke.nodes}
+        for pool in self.pools:
+            self.total_by_model[pool.model] = self.total_by_model.get(pool.model, 0) + pool.total
+        self.models: tuple[str, ...] = tuple(sorted(self.pools_by_model))
+        self.has_reserved = any(spoke.reserved_for for spoke in snapshot.spokes)
+
+    def view(self, model: str, cloud: bool) -> tuple[list[Pool], set[int]]:
+        """Pools of `model` (on-prem only unless `cloud`) in static rank order, and their ids.
+
+        Rank: on-prem first, then cheaper, then spoke id. Shared between callers: read only.
+        """
+        found = self._views.get((model, cloud))
+        if found is None:
+            pools = sorted(
+                (p for p in self.pools_by_model.get(model, ()) if cloud or not p.cloud),
+                key=lambda p: (p.cloud, p.price, p.spoke_id, p.index),
+            )
+            found = self._views[(model, cloud)] = (pools, {p.index for p in pools})
+        return found
+
+    def locate(self, spoke_id: str, node: str) -> tuple[Pool, int] | None:
+        """The pool and index of a node, or None when it cannot take work."""
+        nodes = self._where.get(spoke_id)
+        if nodes is None:
+            nodes = self._where[spoke_id] = {
+                name: (pool, i)
+                for pool in self._spoke_pools.get(spoke_id, ())
+                for i, name in enumerate(n.name for n in pool.nodes)
+            }
+        return nodes.get(node)
+
+    def _add_spoke(self, spoke: Spoke) -> None:
+        plain: dict[str, Pool] = {}  # model -> pool of nodes with no labels of their own
+        labelled: dict[tuple[str, tuple[tuple[str, str], ...]], Pool] = {}
+        spoke_labels = dict(spoke.labels)
+        models = self.model_of[spoke.id] = {}
+        for node in spoke.nodes:
+            model = node.gpu_model
+            models[node.name] = model
+            if not node.schedulable:
+                continue
+            if node.labels:
+                merged = {**spoke_labels, **node.labels}
+                key = (model, tuple(sorted(merged.items())))
+                pool = labelled.get(key)
+                if pool is None:
+                    pool = labelled[key] = self._new_pool(spoke, model, merged)
+            else:
+                pool = plain.get(model)
+                if pool is None:
+                    pool = plain[model] = self._new_pool(spoke, model, spoke_labels)
+            i = len(pool.nodes)
+            pool.nodes.append(node)
+            pool.total += node.gpu_count
+            free = node.free
+            if node.free_fraction:
+                free = self._add_shared(pool, i, node)
+            pool.free.append(free)
+            k = len(free)
+            if k:
+                bucket = pool.by_k.get(k)
+                if bucket is None:
+                    bucket = pool.by_k[k] = set()
+                    pool.mask |= 1 << k
+                bucket.add(i)
+
+    def _new_pool(self, spoke: Spoke, model: str, labels: Mapping[str, str]) -> Pool:
+        pool = Pool(len(self.pools), spoke, model, labels)
+        self.pools.append(pool)
+        self._spoke_pools.setdefault(spoke.id, []).append(pool)
+        self.pools_by_model.setdefault(model, []).append(pool)
+        return pool
+
+    @staticmethod
+    def _add_shared(pool: Pool, i: int, node: Node) -> tuple[int, ...]:
+        # A device listed both as free and as shared counts as shared: never over-commit.
+        shares = {d: min(1.0, max(0.0, left)) for d, left in node.free_fraction.items()}
+        pool.shared[i] = shares
+        for device, left in shares.items():
+            if left > EPS:
+                insort(pool.shared_sorted, (left, i, device))
+        return tuple(d for d in node.free if d not in shares)

@@ -1,0 +1,153 @@
+"""Why a workload cannot run, in words a person can act on.
+
+`never_fits` finds the reasons that no amount of waiting fixes (no spoke, wrong region, model,
+labels, a cloud-only match for a team that may not burst, a shape no node or spoke has), in
+the order a person would check them. `no_room` words the transient one: the shape fits the
+fleet, just not the free devices right now.
+"""
+
+from __future__ import annotations
+
+from hub.core.capacity import Capacity, Pool
+from hub.core.model import Reason
+from hub.core.policy import Team
+from schemas import WorkloadSpec
+
+Why = tuple[Reason, str]
+
+
+def never_fits(
+    spec: WorkloadSpec, team: Team, capacity: Capacity, eligible: list[Pool]
+) -> Why | None:
+    """The reason `spec` can never be placed on this fleet, or None when it could be.
+
+    `eligible`: the pools its constraints allow (all models); when there are some, only the
+    shape can be at fault.
+    """
+    if eligible:
+        return None if _shape_exists(spec, eligible) else _never(spec)
+    if not capacity.snapshot.spokes:
+        return (Reason.NO_SPOKES, "no spoke has reported capacity yet")
+    if not capacity.pools:
+        return (Reason.NO_SPOKES, "no spoke accepting work has a schedulable GPU node")
+    aff = spec.affinity
+    pools = capacity.pools
+    where = _where(spec)
+    if aff.required_regions:
+        pools = [p for p in pools if p.region in aff.required_regions]
+        if not pools:
+            regions = ", ".join(aff.required_regions)
+            return (
+                Reason.NO_MATCHING_REGION,
+                f"no spoke accepting work in region {regions}",
+            )
+    if spec.gpu_models:
+        pools = [p for p in pools if p.model in spec.gpu_models]
+        if not pools:
+            return (
+                Reason.NO_MATCHING_MODEL,
+                f"no schedulable node{where} has {models_text(spec)} GPUs",
+            )
+    required = aff.required_labels
+    if required:
+        pools = [p for p in pools if all(p.labels.get(k) == v for k, v in required.items())]
+        if not pools:
+            return (
+                Reason.NO_MATCHING_LABELS,
+                f"no {_prefix(spec)}node{where} has labels {_labels(required)}",
+            )
+    if not team.may_burst:
+        onprem = [p for p in pools if not p.cloud]
+        if not onprem:
+            return (
+                Reason.BURST_NOT_ALLOWED,
+                f"only cloud spokes{where} have {_gpus(spec)} and team "
+                f"{spec.team} may not burst to the cloud",
+            )
+        pools = onprem
+    open_pools = [p for p in pools if not p.spoke.reserved_for or spec.team in p.spoke.reserved_for]
+    if not open_pools:
+        return (
+            Reason.RESERVED_FOR_OTHER_TEAMS,
+            f"the spokes{where} with {_gpus(spec)} are reserved for other teams",
+        )
+    return None if _shape_exists(spec, open_pools) else _never(spec)
+
+
+def _never(spec: WorkloadSpec) -> Why:
+    where = _where(spec)
+    if spec.nodes > 1:
+        text = f"no spoke{where} has {spec.nodes} nodes with {spec.gpus_per_node} "
+        text += f"{_gpus(spec)} each"
+    else:
+        text = f"no node{where} has {spec.gpus_per_node} {_gpus(spec)}"
+    return (Reason.SHAPE_NEVER_FITS, text)
+
+
+def no_room(spec: WorkloadSpec) -> Why:
+    """The shape fits the fleet but not the devices free right now."""
+    where = _where(spec)
+    models = models_text(spec) or "GPUs"
+    if spec.gpu_fraction is not None:
+        text = f"no {_prefix(spec)}GPU{where} has {spec.gpu_fraction:g} of a device free"
+    elif spec.nodes > 1:
+        text = (
+            f"no spoke{where} has {spec.nodes} nodes with {spec.gpus_per_node} free {models} each"
+        )
+    else:
+        text = f"no node{where} has {spec.gpus_per_node} free {models}"
+    if spec.affinity.required_labels:
+        text += f" with labels {_labels(spec.affinity.required_labels)}"
+    return (Reason.INSUFFICIENT_FREE, text)
+
+
+def waiting(count: int) -> Why:
+    """The workload waits for preempted work to stop."""
+    noun = "workload" if count == 1 else "workloads"
+    return (Reason.WAITING_FOR_PREEMPTION, f"waiting for {count} preempted {noun} to stop")
+
+
+def unknown_class(name: str) -> Why:
+    return (
+        Reason.UNKNOWN_PRIORITY_CLASS,
+        f"priority class '{name}' is not defined; ask an admin or use a defined one",
+    )
+
+
+def models_text(spec: WorkloadSpec) -> str:
+    """'H100', 'H100 or A100', or '' when any model will do."""
+    if not spec.gpu_models:
+        return ""
+    if len(spec.gpu_models) == 1:
+        return spec.gpu_models[0]
+    return ", ".join(spec.gpu_models[:-1]) + " or " + spec.gpu_models[-1]
+
+
+def _gpus(spec: WorkloadSpec) -> str:
+    models = models_text(spec)
+    return f"{models} GPUs" if models else "GPUs"
+
+
+def _prefix(spec: WorkloadSpec) -> str:
+    models = models_text(spec)
+    return f"{models} " if models else ""
+
+
+def _where(spec: WorkloadSpec) -> str:
+    regions = spec.affinity.required_regions
+    return f" in region {', '.join(regions)}" if regions else ""
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _shape_exists(spec: WorkloadSpec, pools: list[Pool]) -> bool:
+    g = spec.gpus_per_node
+    if spec.nodes == 1:
+        return any(pool.nodes_with(g) for pool in pools)
+    per_spoke: dict[tuple[str, str], int] = {}
+    for pool in pools:
+        key = (pool.spoke_id, pool.model)
+        per_spoke[key] = per_spoke.get(key, 0) + pool.nodes_with(g)
+    return any(count >= spec.nodes for count in per_spoke.values())

@@ -1,0 +1,288 @@
+"""Where a workload's shape fits best, over the pools its constraints allow.
+
+A *signature* is everything that decides which pools a workload may use and how they rank
+(GPU models, required/preferred regions and labels, whether its team may burst). Workloads
+with the same signature share the eligible pool list and a cache of shapes that did not fit:
+free capacity only shrinks while a plan is built, so a shape that failed fails again, and so
+does any larger one.
+
+Ranking, best first: on-prem before cloud, then the earlier acceptable GPU model, then least
+fragmentation (the node, or for gangs the nodes, with the fewest free GPUs that still fit), then
+preferred regions/labels, then price, then spoke id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from hub.core.capacity import EPS, Capacity, Pool
+from schemas import Assignment, WorkloadSpec
+
+SigKey = tuple[object, ...]
+
+
+class Sig:
+    """Pools a class of workloads may use, in static rank order, plus its failure cache."""
+
+    __slots__ = (
+        "by_model",
+        "eligible",
+        "fail_frac",
+        "fail_gang",
+        "fail_whole",
+        "key",
+        "miss",
+        "pool_ids",
+    )
+
+    def __init__(self, key: SigKey) -> None:
+        self.key = key
+        self.by_model: dict[str, list[Pool]] = {}
+        self.pool_ids: dict[str, set[int]] = {}
+        self.miss: dict[int, int] = {}  # pool index -> preferred regions/labels it misses, if any
+        self.fail_whole: dict[str, int] = {}  # model -> smallest GPU count that did not fit
+        self.fail_frac: dict[str, float] = {}  # model -> smallest fraction that did not fit
+        self.fail_gang: dict[str, list[tuple[int, int]]] = {}  # model -> (nodes, gpus)
+        self.eligible = False  # any pool at all
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A spot for one workload: nodes of one spoke, and a rank to compare spots by."""
+
+    rank: tuple[object, ...]
+    spoke_id: str
+    parts: tuple[tuple[Pool, int], ...]  # (pool, node index) per node used
+    gpus: int  # whole GPUs per node (0 for a fraction)
+    fraction: float | None = None
+    device: int | None = None  # the shared device a fraction goes on (None: a free one)
+
+
+def sig_key(spec: WorkloadSpec, may_burst: bool, team: str) -> SigKey:
+    """What makes two workloads compete for the same pools in the same order."""
+    aff = spec.affinity
+    if aff.required_regions or aff.preferred_regions or aff.required_labels or aff.preferred_labels:
+        akey: tuple[object, ...] = (
+            aff.required_regions,
+            tuple(sorted(aff.required_labels.items())),
+            aff.preferred_regions,
+            tuple(sorted(aff.preferred_labels.items())),
+        )
+    else:
+        akey = ()
+    return (spec.gpu_models, akey, may_burst, team)
+
+
+def build_sig(
+    key: SigKey, spec: WorkloadSpec, capacity: Capacity, may_burst: bool, team: str
+) -> Sig:
+    """The eligible pools of each acceptable model, best static rank first."""
+    sig = Sig(key)
+    aff = spec.affinity
+    regions = set(aff.required_regions)
+    required = aff.required_labels
+    preferred_regions = set(aff.preferred_regions)
+    preferred = aff.preferred_labels
+    plain = not (regions or required or preferred or preferred_regions)
+    for model in spec.gpu_models or capacity.models:
+        if model in sig.by_model:
+            continue
+        if plain and not capacity.has_reserved:
+            sig.by_model[model], sig.pool_ids[model] = capacity.view(model, may_burst)
+            continue
+        eligible = []
+        for pool in capacity.view(model, may_burst)[0]:
+            if regions and pool.region not in regions:
+                continue
+            reserved = pool.spoke.reserved_for
+            if reserved and team not in reserved:
+                continue
+            labels = pool.labels
+            if required and any(labels.get(k) != v for k, v in required.items()):
+                continue
+            miss = sum(1 for k, v in preferred.items() if labels.get(k) != v)
+            if preferred_regions and pool.region not in preferred_regions:
+                miss += 1
+            if miss:
+                sig.miss[pool.index] = miss
+            eligible.append(pool)
+        if sig.miss:
+            # Stable: pools keep their (price, spoke) order within the same misses.
+            eligible.sort(key=lambda p: (p.cloud, sig.miss.get(p.index, 0)))
+        sig.by_model[model] = eligible
+        sig.pool_ids[model] = {p.index for p in eligible}
+    sig.eligible = any(sig.by_model.values())
+    return sig
+
+
+def model_rank(spec: WorkloadSpec, model: str) -> int:
+    """0 for the most preferred acceptable model; every model ranks 0 when any will do."""
+    return spec.gpu_models.index(model) if spec.gpu_models else 0
+
+
+def find(sig: Sig, spec: WorkloadSpec, model: str, rank: int) -> Fit | None:
+    """The best spot for `spec` on `model` GPUs, or None (remembered for the cycle)."""
+    if spec.gpu_fraction is not None:
+        failed_f = sig.fail_frac.get(model)
+        if failed_f is not None and spec.gpu_fraction >= failed_f - EPS:
+            return None
+        fit = _find_fraction(sig, model, rank, spec.gpu_fraction)
+        if fit is None:
+            sig.fail_frac[model] = min(spec.gpu_fraction, failed_f or 1.0)
+        return fit
+    g = spec.gpus_per_node
+    if spec.nodes == 1:
+        failed = sig.fail_whole.get(model)
+        if failed is not None and g >= failed:
+            return None
+        fit = _find_whole(sig, model, rank, g)
+        if fit is None:
+            sig.fail_whole[model] = g if failed is None else min(g, failed)
+        return fit
+    failures = sig.fail_gang.setdefault(model, [])
+    if any(spec.nodes >= n and g >= m for n, m in failures):
+        return None
+    fit = _find_gang(sig, model, rank, spec.nodes, g)
+    if fit is None:
+        failures.append((spec.nodes, g))
+    return fit
+
+
+def free_counts(mask: int, g: int) -> Iterator[int]:
+    """The free counts >= g present in a pool's mask, ascending."""
+    m = mask >> g
+    k = g
+    while m:
+        if m & 1:
+            yield k
+        m >>= 1
+        k += 1
+
+
+def take(fit: Fit) -> tuple[Assignment, ...]:
+    """Give the fit's devices away in the working copy; the assignments that say which."""
+    if fit.fraction is not None:
+        ((pool, i),) = fit.parts
+        if fit.device is None:
+            device = pool.share_whole(i, fit.fraction)
+        else:
+            device = fit.device
+            pool.take_share(i, device, fit.fraction)
+        return (
+            Assignment.model_construct(
+                node=pool.nodes[i].name, devices=(device,), fraction=fit.fraction
+            ),
+        )
+    return tuple(
+        Assignment.model_construct(node=pool.nodes[i].name, devices=pool.take_whole(i, fit.gpus))
+        for pool, i in fit.parts
+    )
+
+
+def _find_whole(sig: Sig, model: str, rank: int, g: int) -> Fit | None:
+    best: Pool | None = None
+    best_k = 1 << 30
+    for pool in sig.by_model.get(model, ()):
+        if best is not None and pool.cloud != best.cloud:
+            break  # on-prem found: cloud pools rank below whatever it is
+        m = pool.mask >> g
+        if m:
+            k = g + (m & -m).bit_length() - 1
+            if k < best_k:
+                best, best_k = pool, k
+                if k == g:
+                    break
+    if best is None:
+        return None
+    i = min(best.by_k[best_k])
+    rank_key = (best.cloud, rank, best_k, sig.miss.get(best.index, 0), best.price, best.spoke_id)
+    return Fit(rank_key, best.spoke_id, ((best, i),), g)
+
+
+def _find_fraction(sig: Sig, model: str, rank: int, fraction: float) -> Fit | None:
+    """Pack onto the fullest shared device that holds it; else the fullest node's free one."""
+    pools = sig.by_model.get(model, ())
+    for cloud in (False, True):
+        best: tuple[float, Pool, int, int] | None = None
+        for pool in pools:
+            if pool.cloud != cloud:
+                continue
+            hit = pool.best_shared(fraction)
+            if hit is not None and (best is None or hit[0] < best[0] - EPS):
+                best = (hit[0], pool, hit[1], hit[2])
+        if best is not None:
+            left, pool, i, device = best
+            rank_key = (
+                cloud,
+                rank,
+                0,
+                left,
+                sig.miss.get(pool.index, 0),
+                pool.price,
+                pool.spoke_id,
+            )
+            return Fit(rank_key, pool.spoke_id, ((pool, i),), 0, fraction, device)
+        whole_pool: Pool | None = None
+        best_k = 1 << 30
+        for pool in pools:
+            if pool.cloud != cloud:
+                continue
+            k = pool.best_k(1)
+            if k and k < best_k:
+                whole_pool, best_k = pool, k
+        if whole_pool is not None:
+            i = min(whole_pool.by_k[best_k])
+            rank_key = (
+                cloud,
+                rank,
+                1,
+                best_k,
+                sig.miss.get(whole_pool.index, 0),
+                whole_pool.price,
+                whole_pool.spoke_id,
+            )
+            return Fit(rank_key, whole_pool.spoke_id, ((whole_pool, i),), 0, fraction)
+    return None
+
+
+def _find_gang(sig: Sig, model: str, rank: int, nodes: int, g: int) -> Fit | None:
+    """N nodes of one spoke with g free GPUs each; the spoke whose fitting nodes are fullest."""
+    best: Fit | None = None
+    best_sum = 1 << 30
+    for spoke_pools in _by_spoke(sig.by_model.get(model, [])):
+        first = spoke_pools[0]
+        if best is not None and first.cloud != best.rank[0]:
+            break
+        count = 0
+        for pool in spoke_pools:
+            for k in free_counts(pool.mask, g):
+                count += len(pool.by_k[k])
+        if count < nodes:
+            continue
+        chosen: list[tuple[int, Pool, int]] = []
+        for k in sorted({k for pool in spoke_pools for k in free_counts(pool.mask, g)}):
+            for pool in spoke_pools:
+                bucket = pool.by_k.get(k)
+                if bucket:
+                    chosen.extend((k, pool, i) for i in sorted(bucket))
+            if len(chosen) >= nodes:
+                break
+        chosen = chosen[:nodes]
+        total = sum(k for k, _, _ in chosen)
+        if total < best_sum:
+            miss = sum(sig.miss.get(p.index, 0) for _, p, _ in chosen)
+            rank_key = (first.cloud, rank, total, miss, first.price, first.spoke_id)
+            parts = tuple((p, i) for _, p, i in chosen)
+            best, best_sum = Fit(rank_key, first.spoke_id, parts, g), total
+            if total == nodes * g:
+                break
+    return best
+
+
+def _by_spoke(pools: list[Pool]) -> list[list[Pool]]:
+    """Eligible pools grouped per spoke, groups in the order of their best pool."""
+    groups: dict[str, list[Pool]] = {}
+    for pool in pools:
+        groups.setdefault(pool.spoke_id, []).append(pool)
+    return list(groups.values())

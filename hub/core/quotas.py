@@ -1,0 +1,220 @@
+"""Quota accounting: who uses how many GPUs of which model, and what they may still take.
+
+Usage counts GPUs per team and GPU model, running plus placed this cycle (a fraction counts as
+its share). Running work that is being preempted still counts against limits (its devices are
+not free yet) but no longer fills guarantees (it is on its way out).
+
+Guarantees fill in order of priority, highest first: a team's own guarantee first, then its
+department's shared pool (the department guarantee minus its teams' own guarantees). So the
+guaranteed room a workload sees counts only work of its own priority or higher; what
+lower-priority work holds beyond that is borrowed (see `hub.core.victims`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hub.core.capacity import EPS
+from hub.core.model import Reason
+from hub.core.policy import Policy, PriorityClass, Quota, quota_for
+
+INF = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Why quota refuses a workload, for the person who submitted it."""
+
+    reason: Reason
+    message: str
+
+
+class Ledger:
+    """Usage per team and model, updated as the plan places work."""
+
+    def __init__(self, policy: Policy, totals: dict[str, float]) -> None:
+        self.policy = policy
+        self.limited = policy.has_quotas
+        self.totals = totals
+        self.used: dict[tuple[str, str], float] = {}  # (team, model), preempting included
+        self.dept_used: dict[tuple[str, str], float] = {}
+        # (team, model) -> class value -> GPUs; preempting work excluded
+        self.filled: dict[tuple[str, str], dict[int, float]] = {}
+        # (department, model) -> its teams, in a fixed order so float sums never vary
+        self._members: dict[tuple[str, str], dict[str, None]] = {}
+        self._models_of: dict[str, set[str]] = {}
+        self._pools: dict[tuple[str, str], float] = {}
+        self._rooms: dict[tuple[str, str, int], float] = {}  # until the next add()
+
+    def add(
+        self, team: str, model: str, amount: float, value: int, *, preempting: bool = False
+    ) -> None:
+        """Count GPUs a team holds at priority `value` (running, or given this cycle)."""
+        key = (team, model)
+        self.used[key] = self.used.get(key, 0.0) + amount
+        self._models_of.setdefault(team, set()).add(model)
+        if self._rooms:
+            self._rooms.clear()
+        if not self.limited:
+            return
+        dept = self.policy.team(team).department
+        if dept is not None:
+            dkey = (dept, model)
+            self.dept_used[dkey] = self.dept_used.get(dkey, 0.0) + amount
+            self._members.setdefault(dkey, {})[team] = None
+        if not preempting:
+            levels = self.filled.setdefault(key, {})
+            levels[value] = levels.get(value, 0.0) + amount
+
+    def admit(self, team: str, cls: PriorityClass, model: str, amount: float) -> Block | None:
+        """None when quota lets `team` take `amount` more `model` GPUs at class `cls`."""
+        if not self.limited:
+            return None
+        own = self._own(team, model)
+        used = self.used.get((team, model), 0.0)
+        if own.limit is not None and used + amount > own.limit + EPS:
+            return Block(
+                Reason.TEAM_LIMIT, _limit_message("team", team, model, used, own.limit, amount)
+            )
+        dept_name = self.policy.team(team).department
+        dept = self.policy.department(dept_name)
+        if dept is not None:
+            quota = quota_for(dept.quotas, model)
+            dused = self.dept_used.get((dept.name, model), 0.0)
+            if quota is not None and quota.limit is not None and dused + amount > quota.limit + EPS:
+                return Block(
+                    Reason.DEPARTMENT_LIMIT,
+                    _limit_message("department", dept.name, model, dused, quota.limit, amount),
+                )
+        if not cls.may_borrow:
+            room = self.room(team, model, cls.value)
+            if amount > room + EPS:
+                guaranteed = own.guaranteed + self._pool(dept_name, model)
+                return Block(
+                    Reason.GUARANTEE_EXHAUSTED,
+                    f"priority class '{cls.name}' may only use guaranteed GPUs and team {team} "
+                    f"has {room:g} of its {guaranteed:g} guaranteed {model} left for it, "
+                    f"needs {amount:g}",
+                )
+        return None
+
+    def limit_room(self, team: str, model: str) -> float:
+        """GPUs of `model` the team may still take before its own or its department's limit."""
+        if not self.limited:
+            return INF
+        room = INF
+        own = self._own(team, model)
+        if own.limit is not None:
+            room = own.limit - self.used.get((team, model), 0.0)
+        dept = self.policy.department(self.policy.team(team).department)
+        quota = quota_for(dept.quotas, model) if dept is not None else None
+        if dept is not None and quota is not None and quota.limit is not None:
+            room = min(room, quota.limit - self.dept_used.get((dept.name, model), 0.0))
+        return room
+
+    def room(self, team: str, model: str, value: int) -> float:
+        """Guaranteed `model` GPUs left for work of priority `value`.
+
+        Guarantees fill highest priority first, so only work at `value` or above counts: what
+        lower-priority work of the team holds would become borrowed. The team's own guarantee
+        first, then its department's pool.
+        """
+        if not self.limited:
+            return 0.0
+        cached = self._rooms.get((team, model, value))
+        if cached is not None:
+            return cached
+        own = self._own(team, model).guaranteed
+        left = max(0.0, own - self._at_or_above(team, model, value))
+        dept = self.policy.team(team).department
+        if dept is not None:
+            overflow = sum(
+                max(0.0, self._at_or_above(t, model, value) - self._own(t, model).guaranteed)
+                for t in self._members.get((dept, model), ())
+            )
+            left += max(0.0, self._pool(dept, model) - overflow)
+        self._rooms[(team, model, value)] = left
+        return left
+
+    def share(self, team: str) -> tuple[float, float]:
+        """Weighted dominant share: above guarantee first, then of everything used."""
+        weight = self.policy.team(team).weight
+        above = 0.0
+        total = 0.0
+        for model in self._models_of.get(team, ()):
+            cap = self.totals.get(model, 0.0)
+            if cap <= 0:
+                continue
+            used = self.used.get((team, model), 0.0)
+            guaranteed = self._own(team, model).guaranteed if self.limited else 0.0
+            above = max(above, (used - guaranteed) / cap)
+            total = max(total, used / cap)
+        return (above / weight, total / weight)
+
+    def has_below(self, team: str, model: str, value: int) -> bool:
+        """Whether the team holds `model` GPUs at a priority below `value` (not stopping)."""
+        levels = self.filled.get((team, model))
+        if not levels:
+            return False
+        return any(v < value and a > EPS for v, a in levels.items())
+
+    def over_guarantee(self, team: str, model: str) -> bool:
+        """Whether the team holds more `model` GPUs than its own guarantee (not stopping)."""
+        levels = self.filled.get((team, model))
+        total = sum(levels.values()) if levels else 0.0
+        return total > self._own(team, model).guaranteed + EPS
+
+    def _at_or_above(self, team: str, model: str, value: int) -> float:
+        levels = self.filled.get((team, model))
+        if not levels:
+            return 0.0
+        return sum(amount for v, amount in levels.items() if v >= value)
+
+    def guaranteed(self, team: str, model: str) -> float:
+        """The team's own guarantee of `model` GPUs (0 without quotas)."""
+        return self._own(team, model).guaranteed if self.limited else 0.0
+
+    def department_of(self, team: str) -> str | None:
+        """The team's department, when quotas apply and it has one."""
+        return self.policy.team(team).department if self.limited else None
+
+    def pool(self, dept_name: str, model: str) -> float:
+        """The part of a department's `model` guarantee its teams share."""
+        return self._pool(dept_name, model)
+
+    def _own(self, team: str, model: str) -> Quota:
+        return quota_for(self.policy.team(team).quotas, model) or _NO_QUOTA
+
+    def _pool(self, dept_name: str | None, model: str) -> float:
+        """The department's guarantee its teams share: what their own ones leave over."""
+        if dept_name is None:
+            return 0.0
+        cached = self._pools.get((dept_name, model))
+        if cached is not None:
+            return cached
+        dept = self.policy.department(dept_name)
+        quota = quota_for(dept.quotas, model) if dept is not None else None
+        pool = 0.0
+        if quota is not None:
+            members = sum(
+                self._own(t.name, model).guaranteed
+                for t in self.policy.teams
+                if t.department == dept_name
+            )
+            pool = max(0.0, quota.guaranteed - members)
+        self._pools[(dept_name, model)] = pool
+        return pool
+
+
+_NO_QUOTA = Quota()
+
+
+def _limit_message(
+    kind: str, name: str, model: str, used: float, limit: float, amount: float
+) -> str:
+    if used >= limit - EPS:
+        return f"{kind} {name} is at its {model} limit {used:g}/{limit:g}"
+    return (
+        f"{kind} {name} would pass its {model} limit: {used:g}/{limit:g} in use, "
+        f"needs {amount:g} more"
+    )

@@ -1,0 +1,317 @@
+"""Running work as preemption sees it: who is stopping, who is borrowed, in victim order.
+
+Victim order is lowest priority first, then newest first: the exact reverse of the order in
+which guarantees fill (highest priority, then oldest). So a team's borrowed work is a prefix
+of its victim order: the first workloads whose GPUs, counted from that end, lie beyond its
+guarantee (a workload straddling the line counts as borrowed). For a team in a department the
+part beyond its own guarantee goes to the department's shared pool, which fills across its
+teams in the same order; what the pool cannot hold is borrowed.
+
+Running work is grouped per team, GPU model and priority class in one pass (`tally`); the
+rest is lazy. Candidates come out of generators in victim order, each class sorted only when
+a search first reaches it, so a search that stops early pays for little.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from heapq import merge
+
+from hub.core.capacity import EPS, Capacity, Pool
+from hub.core.model import RunningWorkload
+from hub.core.policy import Policy, PriorityClass
+from hub.core.quotas import Ledger
+from schemas import Assignment
+
+
+class Holding:
+    """One running workload's GPUs."""
+
+    __slots__ = (
+        "_where",
+        "amount",
+        "capacity",
+        "id",
+        "model",
+        "preemptible",
+        "preempting",
+        "started_at",
+        "team",
+        "value",
+        "workload",
+    )
+
+    def __init__(
+        self,
+        workload: RunningWorkload,
+        model: str,
+        cls: PriorityClass | None,
+        capacity: Capacity,
+    ) -> None:
+        self.workload = workload
+        self.id = workload.id
+        self.team = workload.spec.team
+        self.started_at = workload.started_at
+        self.preempting = workload.preempting
+        self.model = model
+        self.amount = workload.spec.total_gpus
+        self.value = cls.value if cls is not None else 0
+        self.preemptible = cls.preemptible if cls is not None else False  # unknown: keep it
+        self.capacity = capacity
+        self._where: tuple[tuple[Pool, int, Assignment], ...] | None = None
+
+    @property
+    def where(self) -> tuple[tuple[Pool, int, Assignment], ...]:
+        """Its devices on nodes that take work: (pool, node index, assignment)."""
+        if self._where is None:
+            found = []
+            for a in self.workload.assignments:
+                at = self.capacity.locate(self.workload.spoke_id, a.node)
+                if at is not None:
+                    found.append((at[0], at[1], a))
+            self._where = tuple(found)
+        return self._where
+
+
+def victim_order(h: Holding) -> tuple[int, float, str]:
+    """Lowest priority first, then newest first."""
+    return (h.value, -h.started_at, h.id)
+
+
+class Tally:
+    """Running work summed and grouped in one pass: the only pass over all of it."""
+
+    __slots__ = ("groups", "stopping", "sums", "totals")
+
+    def __init__(self) -> None:
+        # (team, model, stopping, class name) -> GPUs
+        self.sums: dict[tuple[str, str, bool, str], float] = {}
+        # (team, model, class name) -> running work, not stopping
+        self.groups: dict[tuple[str, str, str], list[RunningWorkload]] = {}
+        self.totals: dict[tuple[str, str], float] = {}  # (team, model), not stopping
+        self.stopping: dict[str, list[RunningWorkload]] = {}  # model -> being preempted
+
+
+def tally(running: Iterable[RunningWorkload], models: Mapping[str, Mapping[str, str]]) -> Tally:
+    """Sum running work per team, GPU model, stopping or not, and priority class.
+
+    `models` maps spoke id, then node name, to the node's GPU model.
+    """
+    acc: dict[tuple[str, str, bool, str], tuple[list[float], list[RunningWorkload]]] = {}
+    for r in running:
+        assignments = r.assignments
+        if not assignments:
+            continue
+        spec = r.spec
+        nodes = models.get(r.spoke_id)
+        model = nodes.get(assignments[0].node) if nodes is not None else None
+        if model is None:
+            # Its spoke is gone from the snapshot: count what it asked for, if it named one.
+            if not spec.gpu_models:
+                continue
+            model = spec.gpu_models[0]
+        amount = spec.gpu_fraction
+        if amount is None:
+            amount = float(spec.gpus_per_node * spec.nodes)
+        key = (spec.team, model, r.preempting, spec.priority_class)
+        entry = acc.get(key)
+        if entry is None:
+            acc[key] = ([amount], [r])
+        else:
+            entry[0].append(amount)
+            entry[1].append(r)
+    out = Tally()
+    for key, (amounts, members) in acc.items():
+        team, model, preempting, name = key
+        amount = sum(amounts)
+        out.sums[key] = amount
+        if preempting:
+            out.stopping.setdefault(model, []).extend(members)
+        else:
+            out.groups[(team, model, name)] = members
+            out.totals[(team, model)] = out.totals.get((team, model), 0.0) + amount
+    for members in out.stopping.values():
+        members.sort(key=lambda r: r.id)
+    return out
+
+
+class Victims:
+    """Running work per team and GPU model, and what this plan already decided about it."""
+
+    def __init__(self, running: Tally, capacity: Capacity, ledger: Ledger, policy: Policy) -> None:
+        self.running = running
+        self.capacity = capacity
+        self.ledger = ledger
+        self.policy = policy
+        self.chosen: set[str] = set()  # victims chosen in this plan
+        self.claimed: set[str] = set()  # stopping work some pending workload waits on
+        self.undecided: set[str] = set()  # pending workloads the plan has not come to yet
+        # pending workloads some stopping work was preempted for
+        self.earmarked = {
+            r.preempted_for
+            for stopping in running.stopping.values()
+            for r in stopping
+            if r.preempted_for is not None
+        }
+        self._teams: dict[str, list[str]] = {}  # model -> teams running on it
+        # (team, model) -> [(value, class name, GPUs, class)], lowest value first
+        self._classes: dict[tuple[str, str], list[tuple[int, str, float, PriorityClass | None]]]
+        self._classes = {}
+        for (team, model, preempting, name), amount in sorted(running.sums.items()):
+            if preempting:
+                continue
+            cls = policy.priority_class(name)
+            value = cls.value if cls is not None else 0
+            self._classes.setdefault((team, model), []).append((value, name, amount, cls))
+        for (team, model), classes in self._classes.items():
+            classes.sort(key=lambda c: (c[0], c[1]))
+            self._teams.setdefault(model, []).append(team)
+        self._segments: dict[tuple[str, str, str], list[RunningWorkload]] = {}
+        self._holdings: dict[str, Holding] = {}
+        self._stopping: dict[str, list[Holding]] = {}
+        self._borrowed: dict[str, _Replay] = {}
+
+    def stopping(self, model: str) -> list[Holding]:
+        """Work on `model` GPUs already being preempted, by id."""
+        found = self._stopping.get(model)
+        if found is None:
+            classes = self.policy.priority_class
+            found = [
+                Holding(r, model, classes(r.spec.priority_class), self.capacity)
+                for r in self.running.stopping.get(model, ())
+            ]
+            found.sort(key=lambda h: h.id)
+            self._stopping[model] = found
+        return found
+
+    def may_wait_on(self, h: Holding, workload_id: str) -> bool:
+        """Whether `workload_id` may count stopping `h` as its own room.
+
+        Not when another workload waits on it already, nor when it was preempted for a
+        workload the plan has yet to come to (that one gets it first).
+        """
+        if h.id in self.claimed:
+            return False
+        beneficiary = h.workload.preempted_for
+        return beneficiary in (None, workload_id) or beneficiary not in self.undecided
+
+    def own(self, team: str, model: str, below: int) -> Iterator[Holding]:
+        """The team's preemptible work on `model` GPUs below priority `below`, victim order."""
+        for value, name, _, cls in self._classes.get((team, model), ()):
+            if value >= below:
+                break
+            if cls is None or not cls.preemptible:
+                continue
+            for h in self._segment(team, model, name):
+                if h.id not in self.chosen:
+                    yield h
+
+    def own_amount(self, team: str, model: str, below: int) -> float:
+        """GPUs `own` could free at most."""
+        return sum(
+            amount
+            for value, _, amount, cls in self._classes.get((team, model), ())
+            if value < below and cls is not None and cls.preemptible
+        )
+
+    def may_have_borrowed(self, model: str, team: str) -> bool:
+        """Does another team run more `model` GPUs than its own guarantee?"""
+        return any(t != team and self._over(t, model) > EPS for t in self._teams.get(model, ()))
+
+    def borrowed(self, model: str, team: str) -> Iterator[Holding]:
+        """Other teams' preemptible borrowed work on `model` GPUs, in victim order."""
+        replay = self._borrowed.get(model)
+        if replay is None:
+            replay = self._borrowed[model] = _Replay(self._all_borrowed(model))
+        chosen = self.chosen
+        for h in replay:
+            if h.team != team and h.id not in chosen:
+                yield h
+
+    def _all_borrowed(self, model: str) -> Iterator[Holding]:
+        streams: list[Iterator[Holding]] = []
+        departments: dict[str, list[str]] = {}
+        for t in self._teams.get(model, ()):
+            if self._over(t, model) <= EPS:
+                continue
+            dept = self.ledger.department_of(t)
+            if dept is None:
+                streams.append(h for h, _ in self._beyond_own(t, model))
+            else:
+                departments.setdefault(dept, []).append(t)
+        for dept, members in sorted(departments.items()):
+            streams.append(self._beyond_pool(dept, members, model))
+        for h in merge(*streams, key=victim_order):
+            if h.preemptible:
+                yield h
+
+    def _over(self, team: str, model: str) -> float:
+        """Running `model` GPUs beyond the team's own guarantee."""
+        total = self.running.totals.get((team, model), 0.0)
+        return total - self.ledger.guaranteed(team, model)
+
+    def _beyond_own(self, team: str, model: str) -> Iterator[tuple[Holding, float]]:
+        """The team's work beyond its own guarantee, victim order, with the GPUs beyond it."""
+        over = self._over(team, model)
+        counted = 0.0
+        for _, name, _, _ in self._classes.get((team, model), ()):
+            for h in self._segment(team, model, name):
+                if counted >= over - EPS:
+                    return
+                yield h, min(h.amount, over - counted)
+                counted += h.amount
+
+    def _beyond_pool(self, dept: str, members: list[str], model: str) -> Iterator[Holding]:
+        """Department members' work beyond their own guarantees that the pool cannot hold."""
+        beyond = sum(self._over(t, model) for t in members) - self.ledger.pool(dept, model)
+        counted = 0.0
+        streams = [self._beyond_own(t, model) for t in members]
+        for h, part in merge(*streams, key=lambda e: victim_order(e[0])):
+            if counted >= beyond - EPS:
+                return
+            counted += part
+            yield h
+
+    def _segment(self, team: str, model: str, name: str) -> Iterator[Holding]:
+        """The team's running work of one class on `model` GPUs, newest first."""
+        found = self._segments.get((team, model, name))
+        if found is None:
+            found = sorted(self.running.groups.get((team, model, name), ()), key=_newest_first)
+            self._segments[(team, model, name)] = found
+        cls = self.policy.priority_class(name)
+        holdings = self._holdings
+        for r in found:
+            h = holdings.get(r.id)
+            if h is None:
+                h = holdings[r.id] = Holding(r, model, cls, self.capacity)
+            yield h
+
+
+def _newest_first(r: RunningWorkload) -> tuple[float, str]:
+    return (-r.started_at, r.id)
+
+
+class _Replay:
+    """An iterator's items, computed once and replayed to every later reader."""
+
+    __slots__ = ("items", "source")
+
+    def __init__(self, source: Iterator[Holding]) -> None:
+        self.items: list[Holding] = []
+        self.source: Iterator[Holding] | None = source
+
+    def __iter__(self) -> Iterator[Holding]:
+        items = self.items
+        i = 0
+        while True:
+            if i < len(items):
+                yield items[i]
+                i += 1
+                continue
+            if self.source is None:
+                return
+            item = next(self.source, None)
+            if item is None:
+                self.source = None
+                return
+            items.append(item)

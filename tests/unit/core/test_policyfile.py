@@ -1,0 +1,94 @@
+"""The policy file: what loads, what is refused and why, and that it round-trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hub.core.policy import DEFAULT_CLASSES, Policy, Quota
+from hub.policyfile import PolicyError, dump_policy, load_policy, policy_from_dict, policy_to_dict
+
+EXAMPLE = Path(__file__).parents[3] / "deploy" / "policy.example.yaml"
+
+
+def test_the_example_policy_loads() -> None:
+    policy = load_policy(EXAMPLE.read_text())
+    vision = policy.team("vision")
+    assert vision.department == "research"
+    assert vision.quotas["H100"] == Quota(16, 48)
+    assert vision.may_burst
+    assert not policy.team("someone-else").may_burst
+    assert policy.priority("production") == 1000
+
+
+def test_empty_text_is_the_default_policy() -> None:
+    policy = load_policy("")
+    assert policy.classes == DEFAULT_CLASSES
+    assert not policy.has_quotas
+    assert policy == Policy()
+
+
+def test_round_trip_through_dict_yaml_and_json() -> None:
+    policy = load_policy(EXAMPLE.read_text())
+    assert policy_from_dict(policy_to_dict(policy)) == policy
+    assert load_policy(dump_policy(policy)) == policy
+    assert load_policy(dump_policy(policy, "json")) == policy
+    json.dumps(policy_to_dict(policy))  # plain data only
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "teams: [{name: a, quotas: {H100: {guaranteed: -1}}}]",
+            "teams[a].quotas[H100].guaranteed: Input should be greater than or equal to 0",
+        ),
+        (
+            "teams: [{name: a, quotas: {H100: {guaranteed: 8, limit: 4}}}]",
+            "teams[a].quotas[H100].limit: 4 is below the guaranteed 8",
+        ),
+        ("teams: [{name: a, department: x}]", "teams[a].department: unknown department 'x'"),
+        ("teams: [{name: a}, {name: a}]", "teams[a]: defined more than once"),
+        ("departments: [{name: d}, {name: d}]", "departments[d]: defined more than once"),
+        (
+            "priority_classes: [{name: production, value: 1000}]",
+            "priority_classes[production].preemptible: production work is never preempted",
+        ),
+        (
+            "priority_classes: [{name: gold, value: 9, preemptible: false}]",
+            "priority_classes[gold].may_borrow: a class that is never preempted cannot borrow",
+        ),
+        ("priority_classes: []", "priority_classes: at least one class is needed"),
+        ("teams: [{name: a, wieght: 2}]", "teams[a].wieght: Extra inputs are not permitted"),
+        ("teams: [{name: a, weight: 0}]", "teams[a].weight: Input should be greater than 0"),
+        ("teams: [{name: Bad_Name}]", "teams[Bad_Name].name: String should match pattern"),
+        (
+            "departments: [{name: d, quotas: {H100: {guaranteed: 8}}}]\n"
+            "teams: [{name: a, department: d, quotas: {H100: {guaranteed: 12}}}]",
+            "departments[d].quotas[H100].guaranteed: 8 is less than its teams' guarantees (12)",
+        ),
+        ("aging: {interval_s: 0}", "aging.interval_s: Input should be greater than 0"),
+        ("version: 2", "version: this hub reads policy version 1"),
+        ("[1, 2]", "policy: expected a mapping at the top level"),
+        ("teams: [", "policy is not valid YAML"),
+    ],
+)
+def test_invalid_policy_names_the_field(text: str, message: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(text)
+    assert message in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_limit_may_be_left_out_for_no_cap() -> None:
+    policy = load_policy("teams: [{name: a, quotas: {'*': {guaranteed: 2}}}]")
+    assert policy.team("a").quotas["*"] == Quota(2, None)
+
+
+def test_dump_is_readable_yaml() -> None:
+    data = yaml.safe_load(dump_policy(load_policy(EXAMPLE.read_text())))
+    assert data["teams"][0]["name"] == "vision"
+    assert data["version"] == 1
