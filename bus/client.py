@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StreamConfig
 
-from schemas import subjects
+from schemas import burst, subjects
 
 log = structlog.get_logger(__name__)
 
@@ -255,5 +255,11 @@ def _stream_configs() -> list[StreamConfig]:
             subjects=[subjects.EVENTS_SUBJECTS],
             duplicate_window=DUPLICATE_WINDOW_S,
             max_age=7 * 24 * 3600.0,
+        ),
+        StreamConfig(
+            name=burst.BURST_STREAM,
+            subjects=[burst.BURST_INSTANCES],
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_age=30 * 24 * 3600.0,
         ),
     ]

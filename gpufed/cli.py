@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -39,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--api-host", default="127.0.0.1")
     hub.add_argument("--api-port", type=int, default=8080)
     hub.add_argument("--policy", type=Path, default=None, help="policy YAML file")
+    hub.add_argument(
+        "--admin-token",
+        default=os.environ.get("GPUFED_ADMIN_TOKEN"),
+        help="bearer token required to change the policy (default $GPUFED_ADMIN_TOKEN)",
+    )
     hub.add_argument("--suspect-after", type=float, default=15.0, help="s of silence: no new work")
     hub.add_argument("--lost-after", type=float, default=120.0, help="s of silence: move its work")
     hub.set_defaults(func=_hub)
@@ -85,6 +91,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _hub(args: argparse.Namespace) -> int:
+    from hub.errors import HubError
     from hub.main import serve
     from hub.settings import HubSettings
 
@@ -98,8 +105,13 @@ def _hub(args: argparse.Namespace) -> int:
         policy_file=args.policy,
         suspect_after_s=args.suspect_after,
         lost_after_s=args.lost_after,
+        admin_token=args.admin_token,
     )
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    except (HubError, OSError) as exc:
+        print(f"gpufed hub: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -49,6 +49,16 @@ class HubClient:
     def spokes(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/spokes")  # type: ignore[no-any-return]
 
+    def usage(self, since: float = 0.0) -> dict[str, Any]:
+        return self._call("GET", "/v1/usage", params={"since": since})  # type: ignore[no-any-return]
+
+    def policy(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/policy")  # type: ignore[no-any-return]
+
+    def set_policy(self, policy: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return self._call("PUT", "/v1/policy", json=policy, headers=headers)  # type: ignore[no-any-return]
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,6 +49,14 @@ def add_client_commands(sub: Any) -> None:
     cancel.add_argument("id")
 
     command("spokes", "list spokes and their GPUs", _spokes)
+
+    policy = command("policy", "show the policy in force, or set a new one (admin)", _policy)
+    policy.add_argument("action", choices=["show", "set"])
+    policy.add_argument("file", nargs="?", type=Path, help="policy YAML (for set)")
+    policy.add_argument("--token", default=os.environ.get("GPUFED_ADMIN_TOKEN"))
+
+    usage = command("usage", "GPU-hours and cloud cost per team", _usage)
+    usage.add_argument("--since", type=float, default=0.0, help="unix time (default: all)")
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -157,6 +166,43 @@ def _spokes(args: argparse.Namespace) -> int:
         gpus = ", ".join(f"{m} {v['free']:g}/{v['total']:g}" for m, v in sorted(s["gpus"].items()))
         rows.append(
             (s["id"], s["region"], s["kind"], s["status"], str(s["nodes"]), gpus, str(s["running"]))
+        )
+    _table(rows)
+    return 0
+
+
+def _policy(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        print(yaml.safe_dump(args.client.policy(), sort_keys=False), end="")
+        return 0
+    if args.file is None:
+        print("gpufed policy set: give the policy file", file=sys.stderr)
+        return 2
+    document = yaml.safe_load(args.file.read_text())
+    if not isinstance(document, dict):
+        print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
+        return 1
+    result = args.client.set_policy(document, token=args.token)
+    print(f"policy in force: {len(result.get('teams', []))} teams")
+    return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    data = args.client.usage(args.since)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    rows = [("TEAM", "GPU-H ON-PREM", "GPU-H CLOUD", "CLOUD COST $", "GPUS NOW", "INSTANCES")]
+    for team, u in data["teams"].items():
+        rows.append(
+            (
+                team,
+                f"{u['gpu_hours_onprem']:.3f}",
+                f"{u['gpu_hours_cloud']:.3f}",
+                f"{u['cloud_cost']:.2f}",
+                f"{u['gpus_now']:g}",
+                str(int(u.get("cloud_instances_now", 0))),
+            )
         )
     _table(rows)
     return 0

@@ -10,14 +10,31 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from hub.errors import Conflict, HubError, InvalidWorkload, NotFound, Unavailable
+from hub.errors import (
+    Conflict,
+    Forbidden,
+    HubError,
+    InvalidPolicy,
+    InvalidWorkload,
+    NotFound,
+    Unavailable,
+)
+from hub.policyfile import policy_to_dict
 from hub.records import WorkloadRecord
 from hub.service import HubService, validation_error
+from hub.usage import team_usage
 from schemas import Phase, WorkloadSpec
 
 log = structlog.get_logger(__name__)
 
-_STATUS = {InvalidWorkload: 422, NotFound: 404, Conflict: 409, Unavailable: 503}
+_STATUS = {
+    InvalidWorkload: 422,
+    InvalidPolicy: 422,
+    NotFound: 404,
+    Conflict: 409,
+    Forbidden: 403,
+    Unavailable: 503,
+}
 
 
 def create_app(hub: HubService) -> FastAPI:
@@ -82,6 +99,32 @@ def create_app(hub: HubService) -> FastAPI:
     async def spokes() -> Any:
         now = hub.clock()
         return [_spoke_json(hub, sid, now) for sid in sorted(hub.spokes)]
+
+    @app.get("/v1/usage")
+    async def usage(since: float = 0.0) -> Any:
+        records = await hub.db(hub.store.find, limit=1_000_000)
+        return team_usage(records, hub.spokes, hub.instances.values(), hub.clock(), since)
+
+    @app.get("/v1/burst/instances")
+    async def burst_instances() -> Any:
+        return [e.model_dump(mode="json") for e in hub.instances.values()]
+
+    @app.get("/v1/policy")
+    async def get_policy() -> Any:
+        return policy_to_dict(hub.policy)
+
+    @app.put("/v1/policy")
+    async def put_policy(request: Request) -> Any:
+        token = hub.settings.admin_token
+        if token and request.headers.get("authorization") != f"Bearer {token}":
+            raise Forbidden("changing the policy needs the admin token (Authorization: Bearer)")
+        try:
+            data = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(400, "invalid_json", f"body is not JSON: {exc}")
+        if not isinstance(data, dict):
+            raise InvalidPolicy("the policy must be a JSON object")
+        return policy_to_dict(await hub.set_policy(data))
 
     @app.get("/v1/health")
     async def health() -> Any:

@@ -32,3 +32,13 @@ class Unavailable(HubError):
 
     code = "unavailable"
     retryable = True
+
+
+class InvalidPolicy(HubError):
+    """A policy the hub refuses; the one in force stays."""
+
+    code = "invalid_policy"
+
+
+class Forbidden(HubError):
+    code = "forbidden"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 
 import structlog
@@ -11,22 +12,11 @@ import uvicorn
 
 from bus.client import Bus, BusSettings
 from hub.api import create_app
-from hub.core.policy import Policy
 from hub.service import HubService
 from hub.settings import HubSettings
 from hub.store import Store
 
 log = structlog.get_logger(__name__)
-
-
-def load_policy(settings: HubSettings) -> Policy:
-    """The policy in force at start: the file's if one is given, else the defaults."""
-    if settings.policy_file is None:
-        return Policy()
-    from hub.policyfile import load_policy as parse
-
-    policy: Policy = parse(settings.policy_file.read_text())
-    return policy
 
 
 async def serve(settings: HubSettings, stop: asyncio.Event | None = None) -> None:
@@ -35,7 +25,12 @@ async def serve(settings: HubSettings, stop: asyncio.Event | None = None) -> Non
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(settings.resolved_store_url())
     bus = Bus(BusSettings(url=settings.nats_url, name="gpufed-hub"))
-    hub = HubService(settings, store, bus, load_policy(settings))
+    policy_text = settings.policy_file.read_text() if settings.policy_file else None
+    hub = HubService(settings, store, bus, policy_file_text=policy_text)
+    # Long-lived objects (policy, records) would be rescanned by every full collection, and
+    # such pauses land inside scheduling cycles: move what exists at start out of the GC's way.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -294,6 +294,33 @@ def _spoke_id_in(data: str) -> str | None:
     return spoke_id if isinstance(spoke_id, str) else None
 
 
+def _v3_burst_instances(conn: Connection) -> None:
+    """burst_instances: the latest InstanceEvent of every cloud instance burst launched."""
+    metadata = MetaData()
+    table = Table(
+        "burst_instances",
+        metadata,
+        Column("burst_id", String, primary_key=True),
+        Column("team", String, nullable=False),
+        Column("state", String, nullable=False),
+        Column("updated_at", Float, nullable=False),
+        Column("data", String, nullable=False),
+    )
+    table.create(conn)
+    Index("ix_burst_instances_team", table.c.team).create(conn)
+
+
+def _v4_settings(conn: Connection) -> None:
+    """hub_settings: named documents the hub keeps (the policy set through the API)."""
+    Table(
+        "hub_settings",
+        MetaData(),
+        Column("key", String, primary_key=True),
+        Column("value", String, nullable=False),
+        Column("updated_at", Float, nullable=False),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "workloads, decisions and spokes", _v1_tables),
     Migration(
@@ -301,5 +328,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "workloads.spoke_id and the unpublished-decisions index",
         _v2_spoke_column_and_outbox_index,
     ),
+    Migration(3, "burst_instances", _v3_burst_instances),
+    Migration(4, "hub_settings", _v4_settings),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -36,6 +36,7 @@ class WorkloadRecord(BaseModel):
     restarts: int = 0
     cancel_requested: bool = False
     preempting: bool = False
+    preempted_for: str | None = None  # the pending workload it is being stopped for
     command_seq: int | None = None  # command stream sequence of the current Place
     history: list[HistoryEntry] = Field(default_factory=list)
 

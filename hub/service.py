@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -18,16 +19,19 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 import structlog
+import yaml
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from bus.client import Bus
+from hub.core.demand import unplaceable_demand
 from hub.core.fleet import build_snapshot
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.placement import plan as plan_placement
 from hub.core.policy import Policy
-from hub.errors import Conflict, InvalidWorkload, NotFound
+from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound
 from hub.ids import decision_id, new_workload_id
+from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.store import Store
@@ -46,12 +50,16 @@ from schemas import (
     SyncRequest,
     WorkloadEvent,
     WorkloadSpec,
+    burst,
     subjects,
 )
+from schemas.burst import BurstStateReply, DemandReport, InstanceEvent
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
+#: Store key of the policy in force.
+POLICY_KEY = "policy"
 #: How often a spoke's last_seen is written to the store (heartbeats come every few seconds).
 SPOKE_PERSIST_EVERY_S = 10.0
 
@@ -66,11 +74,13 @@ class HubService:
         bus: Bus,
         policy: Policy | None = None,
         clock: Callable[[], float] = time.time,
+        policy_file_text: str | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.bus = bus
         self.policy = policy or Policy()
+        self.policy_file_text = policy_file_text
         self.clock = clock
         self.workloads: dict[str, WorkloadRecord] = {}  # non-terminal only
         self.reports: dict[str, CapacityReport] = {}
@@ -84,6 +94,9 @@ class HubService:
         # off or just restarted). Leases only expire after lost_after of hearing again.
         self._hearing_since: float | None = None
         self._last_any_report: float | None = None
+        self.instances: dict[str, InstanceEvent] = {}  # latest event per burst instance
+        self.demand = DemandReport(sent_at=0.0, seq=0)
+        self._demand_published_at = 0.0
         self._trigger = asyncio.Event()
         self._lock = asyncio.Lock()
         self._db_limiter = anyio.CapacityLimiter(1)
@@ -100,6 +113,7 @@ class HubService:
             await nc.subscribe(subjects.SUBMIT, queue="hub", cb=self._on_submit_msg),
             await nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=self._on_capacity_msg),
             await nc.subscribe(subjects.SYNC_SUBJECTS, cb=self._on_sync_msg),
+            await nc.subscribe(burst.BURST_STATE, cb=self._on_burst_state_msg),
         ]
         tasks = [
             asyncio.create_task(self._cycle_loop(stop), name="hub-cycle"),
@@ -110,8 +124,19 @@ class HubService:
                     subjects.EVENTS_SUBJECTS,
                     self._on_event_msg,
                     stop,
+                    ack_wait_s=5.0,  # a crashed hub's unacked events come back quickly
                 ),
                 name="hub-events",
+            ),
+            asyncio.create_task(
+                self.bus.consume(
+                    burst.BURST_STREAM,
+                    burst.HUB_BURST_CONSUMER,
+                    burst.BURST_INSTANCES,
+                    self._on_instance_msg,
+                    stop,
+                ),
+                name="hub-burst",
             ),
         ]
         await self._republish_unpublished()
@@ -129,9 +154,43 @@ class HubService:
             await self.bus.close()
             log.info("hub_stopped")
 
+    async def set_policy(self, data: dict[str, Any], source: str = "api") -> Policy:
+        """Validate, persist and put in force a policy; a bad one is refused, the old one stays."""
+        try:
+            policy = policy_from_dict(data)
+        except PolicyError as exc:
+            raise InvalidPolicy(str(exc)) from exc
+        document = json.dumps(policy_to_dict(policy), sort_keys=True)
+        await self.db(self.store.put_setting, POLICY_KEY, document, self.clock())
+        async with self._lock:
+            self.policy = policy
+        log.info("policy_changed", source=source, teams=len(policy.teams))
+        self.trigger()
+        return policy
+
+    async def _load_policy(self) -> None:
+        # A policy file given at start wins and is persisted; else the last one set through
+        # the API; else the defaults.
+        if self.policy_file_text is not None:
+            await self.set_policy(self._parse_file(self.policy_file_text), source="file")
+            return
+        stored = await self.db(self.store.get_setting, POLICY_KEY)
+        if stored is not None:
+            self.policy = policy_from_dict(json.loads(stored))
+            log.info("policy_restored", teams=len(self.policy.teams))
+
+    @staticmethod
+    def _parse_file(text: str) -> dict[str, Any]:
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise InvalidPolicy("the policy file must hold a mapping")
+        return data
+
     async def _load(self) -> None:
+        await self._load_policy()
         active = await self.db(self.store.active)
         self.workloads = {w.id: w for w in active}
+        self.instances = {i.burst_id: i for i in await self.db(self.store.instances)}
         for spoke in await self.db(self.store.spokes):
             self.spokes[spoke.id] = spoke
             if spoke.report is not None:
@@ -283,21 +342,35 @@ class HubService:
                 if w.phase == Phase.QUEUED
             ]
             if not pending:
+                await self._publish_demand(Plan(), {}, now)
                 return Plan()
             running = self._running()
             result = plan_placement(self.snapshot(now, running), pending, running, self.policy, now)
             changed, decisions = self._apply(result, now)
             if changed or decisions:
                 await self.db(self.store.save, changed, decisions)
+            await self._publish_demand(result, {w.id: w for w in pending}, now)
         if result.placements:
             log.info("cycle_placed", placed=len(result.placements), pending=len(result.unplaced))
         await self._publish(decisions)
         return result
 
+    async def _publish_demand(self, result: Plan, pending: dict[str, Workload], now: float) -> None:
+        """Tell burst what no spoke can serve: when it changes, and at least every 2 s."""
+        report = unplaceable_demand(result.unplaced, pending, self.policy, now, self.demand.seq + 1)
+        if report.items == self.demand.items and now - self._demand_published_at < 2.0:
+            return
+        self.demand = report
+        self._demand_published_at = now
+        with contextlib.suppress(Exception):  # a lost report is replaced by the next one
+            await self.bus.publish(burst.BURST_DEMAND, report.model_dump_json().encode())
+
     def snapshot(self, now: float, running: Sequence[RunningWorkload] | None = None) -> Snapshot:
         """The fleet as placement sees it, assumed allocations taken off."""
         running = self._running() if running is None else running
-        active = [(rw, self.workloads[rw.id].epoch) for rw in running]
+        active = [
+            (rw, self.workloads[rw.id].epoch, self.workloads[rw.id].command_seq) for rw in running
+        ]
         accepting = {sid: self.spoke_accepts_work(sid, now) for sid in self.reports}
         self._forget_reported_ends()
         return build_snapshot(self.reports, active, accepting, self._ended.values())
@@ -344,6 +417,7 @@ class HubService:
             if w.preempting:
                 continue
             w.preempting = True
+            w.preempted_for = preemption.for_workload or None
             w.note(now, "preempting", preemption.reason)
             preempt = PreemptCommand(
                 decision_id=decision_id(w.id, w.epoch, "preempt"),
@@ -454,6 +528,31 @@ class HubService:
             await self.db(self.store.save_spoke, spoke.model_copy())
         if previous is None or _free_changed(previous, report):
             self.trigger()
+
+    async def _on_instance_msg(self, msg: Msg) -> None:
+        try:
+            event = InstanceEvent.model_validate_json(msg.data)
+        except ValidationError as exc:
+            self._malformed(msg, exc)
+            await msg.ack()
+            return
+        await self.db(self.store.save_instance, event)
+        self.instances[event.burst_id] = event
+        await msg.ack()
+        log.info(
+            "burst_instance",
+            burst_id=event.burst_id,
+            state=event.state.value,
+            instance_type=event.instance_type,
+            team=event.team,
+        )
+
+    async def _on_burst_state_msg(self, msg: Msg) -> None:
+        reply = BurstStateReply(
+            instances=tuple(sorted(self.instances.values(), key=lambda e: (e.at, e.burst_id)))
+        )
+        if msg.reply:
+            await msg.respond(reply.model_dump_json().encode())
 
     async def _on_sync_msg(self, msg: Msg) -> None:
         try:
@@ -602,6 +701,7 @@ class HubService:
         w.spoke_id = None
         w.assignments = ()
         w.preempting = False
+        w.preempted_for = None
         w.placed_at = w.started_at = None
         w.note(now, "requeued")
 
@@ -627,6 +727,8 @@ def _as_running(w: WorkloadRecord) -> RunningWorkload | None:
         spoke_id=w.spoke_id,
         assignments=w.assignments,
         started_at=w.started_at or w.placed_at or w.submitted_at,
+        preempting=w.preempting,
+        preempted_for=w.preempted_for,
     )
 
 

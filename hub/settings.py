@@ -16,6 +16,9 @@ class HubSettings(BaseModel):
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     policy_file: Path | None = None
+    admin_token: str | None = Field(
+        default=None, description="Bearer token for admin calls (PUT /v1/policy); None: open."
+    )
     debounce_s: float = Field(default=0.005, ge=0)
     tick_s: float = Field(default=2.0, gt=0)
     suspect_after_s: float = Field(default=15.0, gt=0)

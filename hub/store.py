@@ -22,6 +22,7 @@ from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, selec
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from schemas import CapacityReport, Phase
+from schemas.burst import InstanceEvent
 
 log = structlog.get_logger(__name__)
 
@@ -60,8 +61,24 @@ class SpokeRow(SQLModel, table=True):
     report: str | None = None
 
 
+class BurstInstanceRow(SQLModel, table=True):
+    __tablename__ = "burst_instances"
+    burst_id: str = Field(primary_key=True)
+    team: str = Field(index=True)
+    state: str
+    updated_at: float
+    data: str
+
+
+class SettingRow(SQLModel, table=True):
+    __tablename__ = "hub_settings"
+    key: str = Field(primary_key=True)
+    value: str
+    updated_at: float
+
+
 class Store:
-    """Persistence of workloads, decisions and spokes."""
+    """Persistence of workloads, decisions, spokes and burst instances."""
 
     def __init__(self, url: str) -> None:
         """Connect to `url` and bring its schema up to date (see `hub.migrations.migrate`).
@@ -179,6 +196,42 @@ class Store:
                 .order_by(col(DecisionRow.created_at))
             ).all()
             return [DecisionRecord.model_validate(r.model_dump()) for r in rows]
+
+    # --- settings ---
+
+    def put_setting(self, key: str, value: str, at: float) -> None:
+        with Session(self.engine) as session:
+            session.merge(SettingRow(key=key, value=value, updated_at=at))
+            session.commit()
+
+    def get_setting(self, key: str) -> str | None:
+        with Session(self.engine) as session:
+            row = session.get(SettingRow, key)
+            return None if row is None else row.value
+
+    # --- burst instances ---
+
+    def save_instance(self, event: InstanceEvent) -> None:
+        """Keep the latest event of a burst instance (idempotent)."""
+        with Session(self.engine) as session:
+            session.merge(
+                BurstInstanceRow(
+                    burst_id=event.burst_id,
+                    team=event.team,
+                    state=event.state.value,
+                    updated_at=event.at,
+                    data=event.model_dump_json(),
+                )
+            )
+            session.commit()
+
+    def instances(self) -> list[InstanceEvent]:
+        """The latest event of every burst instance, oldest change first."""
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(BurstInstanceRow).order_by(col(BurstInstanceRow.updated_at))
+            ).all()
+            return [InstanceEvent.model_validate_json(r.data) for r in rows]
 
     # --- spokes ---
 

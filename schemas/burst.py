@@ -104,3 +104,20 @@ class InstanceEvent(WireModel):
     at: float = Field(description="Burst service clock, seconds since the epoch.")
     provider_instance_id: str = Field(default="", max_length=64)
     workload_ids: tuple[Identifier, ...] = Field(default=(), max_length=MAX_WORKLOAD_IDS)
+
+
+#: Burst -> hub, request/reply: the instances the hub's store knows (burst's state on restart).
+BURST_STATE = "gpufed.v1.burst.state"
+#: JetStream stream holding BURST_INSTANCES (the hub consumes it durably as `hub-burst`).
+BURST_STREAM = "GPUFED_BURST"
+HUB_BURST_CONSUMER = "hub-burst"
+
+
+class BurstStateRequest(WireModel):
+    provider: str = ""
+
+
+class BurstStateReply(WireModel):
+    """The latest event of every burst instance the hub has recorded, oldest first."""
+
+    instances: tuple[InstanceEvent, ...] = ()

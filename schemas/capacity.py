@@ -51,4 +51,7 @@ class CapacityReport(WireModel):
     running: tuple[RunningRef, ...] = ()
     labels: dict[str, str] = Field(default_factory=dict)
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
+    applied_seq: int = Field(
+        default=0, ge=0, description="Command stream sequence of the last command applied."
+    )
     sent_at: float = Field(description="Spoke clock, seconds since the epoch.")

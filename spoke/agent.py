@@ -162,6 +162,7 @@ class SpokeAgent:
             running=tuple(RunningRef(workload_id=w, epoch=e) for w, e in sorted(running.items())),
             labels=self.settings.labels,
             price_per_gpu_hour=self.settings.price_per_gpu_hour,
+            applied_seq=self.journal.state.applied_seq,
             sent_at=self.clock(),
         )
 

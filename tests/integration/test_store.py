@@ -49,6 +49,7 @@ from hub.migrations import LATEST_VERSION, MigrationError, current_version, migr
 from hub.records import DecisionRecord, HistoryEntry, SpokeRecord, WorkloadRecord
 from hub.store import Store
 from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
+from schemas.burst import InstanceEvent
 from schemas.capacity import NodeCapacity, RunningRef
 
 #: The user PostgreSQL runs as when the tests run as root (initdb and postgres refuse root).
@@ -352,6 +353,27 @@ def test_active_on_spoke_lists_that_spokes_live_workloads_oldest_first(store: St
     assert store.active_on_spoke("nowhere") == []
 
 
+def test_burst_instances_keep_their_latest_event(store: Store) -> None:
+    def event(burst_id: str, state: str, at: float) -> InstanceEvent:
+        return InstanceEvent(
+            burst_id=burst_id,
+            provider="local",
+            instance_type="p5.48xlarge",
+            region="us-east-1",
+            market="spot",
+            price_per_hour=55.0,
+            team="vision",
+            state=state,
+            at=at,
+        )
+
+    store.save_instance(event("b1", "requested", 1.0))
+    store.save_instance(event("b2", "requested", 2.0))
+    store.save_instance(event("b1", "running", 3.0))
+    latest = store.instances()
+    assert [(e.burst_id, e.state.value) for e in latest] == [("b2", "requested"), ("b1", "running")]
+
+
 def test_data_survives_reopening_the_store(db_url: str) -> None:
     first = Store(db_url)
     first.save([workload("w1", spoke="s1", phase=Phase.RUNNING)], [decision("d1", at=1.0)])
@@ -462,11 +484,11 @@ def test_legacy_database_is_adopted_and_upgraded_with_rows_intact(
         )
     assert current_version(engine) == 1
 
-    assert migrate(engine) == [2]
+    assert migrate(engine) == list(range(2, LATEST_VERSION + 1))
 
     _assert_schema_matches_models(engine)
     with engine.connect() as conn:
-        assert _versions(conn) == [1, 2]
+        assert _versions(conn) == list(range(1, LATEST_VERSION + 1))
         rows = conn.execute(text("SELECT id, spoke_id FROM workloads"))
         spoke_ids = {row_id: spoke_id for row_id, spoke_id in rows}
     assert spoke_ids == {"w1": "s1", "w2": None, "w3": "s2", "w4": "s1", "w5": "s1", "w6": None}

@@ -47,13 +47,13 @@ def free_of(snapshot: object) -> tuple[tuple[int, ...], dict[int, float]]:
 
 
 def test_a_placement_the_report_does_not_show_yet_is_assumed() -> None:
-    snap = build_snapshot({"s1": report((0, 1, 2, 3))}, [(workload("a", (1, 2)), 1)], {})
+    snap = build_snapshot({"s1": report((0, 1, 2, 3))}, [(workload("a", (1, 2)), 1, None)], {})
     assert free_of(snap) == ((0, 3), {})
 
 
 def test_a_placement_the_report_shows_is_not_taken_twice() -> None:
     rep = report((0, 3), running=(("a", 1),))
-    snap = build_snapshot({"s1": rep}, [(workload("a", (1, 2)), 1)], {})
+    snap = build_snapshot({"s1": rep}, [(workload("a", (1, 2)), 1, None)], {})
     assert free_of(snap) == ((0, 3), {})
 
 
@@ -70,11 +70,22 @@ def test_an_ended_workload_of_another_epoch_frees_nothing() -> None:
 
 
 def test_fractions_are_assumed_and_given_back() -> None:
-    assumed = build_snapshot({"s1": report((0, 1, 2, 3))}, [(workload("f", (2,), 0.25), 1)], {})
+    assumed = build_snapshot(
+        {"s1": report((0, 1, 2, 3))}, [(workload("f", (2,), 0.25), 1, None)], {}
+    )
     assert free_of(assumed) == ((0, 1, 3), {2: 0.75})
     rep = report((0, 1, 3), running=(("f", 1),), d2=0.75)
     back = build_snapshot({"s1": rep}, [], {}, ended=[(workload("f", (2,), 0.25), 1)])
     assert free_of(back) == ((0, 1, 2, 3), {})
+
+
+def test_an_applied_placement_missing_from_the_report_is_not_assumed() -> None:
+    # The spoke applied command 7 and runs nothing: the workload already ended there.
+    rep = report((0, 1, 2, 3)).model_copy(update={"applied_seq": 7})
+    snap = build_snapshot({"s1": rep}, [(workload("a", (1, 2)), 1, 7)], {})
+    assert free_of(snap) == ((0, 1, 2, 3), {})
+    not_yet = build_snapshot({"s1": rep}, [(workload("b", (1, 2)), 1, 8)], {})
+    assert free_of(not_yet) == ((0, 3), {})
 
 
 def test_suspect_spokes_are_marked() -> None:

@@ -1,0 +1,127 @@
+"""How fast the federation recovers from a hub crash and from a spoke's death.
+
+    .venv/bin/python bench/recovery.py [--lost-after 10]
+
+- hub_restart_to_first_placement_s: the hub is killed with SIGKILL and started again; from the
+  restart (process spawn) until a workload submitted at that moment is reported RUNNING.
+- spoke_death_to_rerun_s: a spoke running a workload is killed with SIGKILL; until the
+  workload is RUNNING on another spoke (bounded below by --lost-after).
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bus.client import Bus, BusSettings
+from gpufed.up import Federation, SimSpoke
+from schemas import SubmitReply, WorkloadEvent, subjects
+
+FLEET = (
+    SimSpoke("eu-1", "eu", nodes=1, gpus=8, model="H100"),
+    SimSpoke("eu-2", "eu", nodes=1, gpus=8, model="H100"),
+)
+
+
+async def submit(bus: Bus, spec: dict[str, object]) -> str:
+    payload = json.dumps(spec).encode()
+    while True:
+        try:
+            msg = await bus.nc.request(subjects.SUBMIT, payload, timeout=0.5)
+        except Exception:  # hub not up yet
+            await asyncio.sleep(0.02)
+            continue
+        reply = SubmitReply.model_validate_json(msg.data)
+        assert reply.ok and reply.workload_id, reply.error
+        return reply.workload_id
+
+
+async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
+    bus = Bus(BusSettings(url=fed.nats.url, name="bench-recovery"))
+    await bus.connect()
+    running: dict[str, list[tuple[str, float]]] = {}
+
+    async def on_event(msg: object) -> None:
+        event = WorkloadEvent.model_validate_json(msg.data)  # type: ignore[attr-defined]
+        if event.phase == "running":
+            running.setdefault(event.workload_id, []).append((event.spoke_id, time.perf_counter()))
+
+    await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
+
+    async def until_running(wid: str, count: int = 1, timeout: float = 120) -> float:
+        deadline = time.perf_counter() + timeout
+        while len(running.get(wid, [])) < count:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{wid} did not run within {timeout}s")
+            await asyncio.sleep(0.005)
+        return running[wid][count - 1][1]
+
+    # Hub crash and restart.
+    warm = await submit(bus, {"name": "warm", "team": "bench", "command": ["true"]})
+    await until_running(warm)
+    print("killing the hub", file=sys.stderr, flush=True)
+    fed.kill("hub")
+    restart = time.perf_counter()
+    fed.start_hub()
+    probe = await submit(bus, {"name": "probe", "team": "bench", "command": ["true"]})
+    hub_recovery = await until_running(probe) - restart
+
+    # Spoke death: a long workload on the spoke that gets killed moves to the other one.
+    victim_spec = {
+        "name": "victim",
+        "team": "bench",
+        "gpus_per_node": 8,
+        "restart_policy": "on_failure",
+        "command": ["sleep", "600"],
+    }
+    victim = await submit(bus, victim_spec)
+    await until_running(victim)
+    first_spoke = running[victim][0][0]
+    print(f"killing spoke {first_spoke}", file=sys.stderr, flush=True)
+    fed.kill(first_spoke)
+    death = time.perf_counter()
+    rerun = await until_running(victim, count=2, timeout=lost_after * 4 + 60) - death
+    moved_to = running[victim][1][0]
+    await bus.close()
+    return {
+        "hub_restart_to_first_placement_s": round(hub_recovery, 3),
+        "spoke_death_to_rerun_s": round(rerun, 3),
+        "lost_after_s": lost_after,
+        "moved_from": first_spoke,
+        "moved_to": moved_to,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lost-after", type=float, default=10.0)
+    parser.add_argument("--suspect-after", type=float, default=3.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpufed-recovery-") as tmp:
+        fed = Federation(
+            Path(tmp),
+            api_port=0,
+            fleet=FLEET,
+            hub_args=(
+                "--suspect-after", str(args.suspect_after),
+                "--lost-after", str(args.lost_after),
+            ),
+            spoke_args=(),
+        )  # fmt: skip
+        try:
+            fed.start()
+            result = asyncio.run(measure(fed, args.lost_after))
+        finally:
+            fed.stop()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Policy through the REST API: quota reclaim, priority preemption, explanations, bad policy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes
+
+pytestmark = pytest.mark.integration
+
+POLICY: dict[str, Any] = {
+    "version": 1,
+    "teams": [
+        {"name": "vision", "quotas": {"H100": {"guaranteed": 4, "limit": 8}}},
+        {"name": "nlp", "quotas": {"H100": {"guaranteed": 4, "limit": 8}}},
+        {"name": "tiny", "quotas": {"H100": {"guaranteed": 0, "limit": 1}}},
+    ],
+}
+
+
+def long_job(name: str, team: str, klass: str = "batch", gpus: int = 1) -> dict[str, Any]:
+    return {
+        "name": name,
+        "team": team,
+        "priority_class": klass,
+        "gpus_per_node": gpus,
+        "gpu_model": "H100",
+        "command": ["sleep", "60"],
+    }
+
+
+async def put_policy(fed: InProcessFederation, policy: dict[str, Any]) -> Any:
+    assert fed.api is not None
+    return await fed.api.put("/v1/policy", json=policy)
+
+
+async def test_invalid_policy_is_refused_and_the_old_one_stays(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    assert (await put_policy(fed, POLICY)).status_code == 200
+    bad = {
+        "version": 1,
+        "teams": [{"name": "x", "quotas": {"H100": {"guaranteed": 8, "limit": 4}}}],
+    }
+    response = await put_policy(fed, bad)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_policy"
+    assert "limit" in response.json()["message"]
+    assert fed.api is not None
+    current = (await fed.api.get("/v1/policy")).json()
+    assert [t["name"] for t in current["teams"]] == ["vision", "nlp", "tiny"]
+
+
+async def test_policy_survives_a_hub_restart(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    assert (await put_policy(fed, POLICY)).status_code == 200
+    await fed.stop("hub")
+    assert fed.api is not None
+    await fed.api.aclose()
+    fed.hub.store.close()  # type: ignore[union-attr]
+    await fed.start_hub()
+    current = (await fed.api.get("/v1/policy")).json()
+    assert {t["name"] for t in current["teams"]} == {"vision", "nlp", "tiny"}
+
+
+async def test_team_under_guarantee_reclaims_borrowed_gpus(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await put_policy(fed, POLICY)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "H100"))
+    await fed.wait_spokes(1)
+    borrowed = [await fed.submit(**long_job(f"nlp-{i}", "nlp")) for i in range(8)]
+    for wid in borrowed:
+        await fed.wait_phase(wid, {Phase.RUNNING})
+    # vision is under its guarantee of 4: it takes back what nlp borrowed beyond its own 4.
+    reclaim = [await fed.submit(**long_job(f"vision-{i}", "vision")) for i in range(4)]
+    for wid in reclaim:
+        await fed.wait_phase(wid, {Phase.RUNNING}, timeout=30)
+    nlp = [await fed.workload(w) for w in borrowed]
+    requeued = [r for r in nlp if r["phase"] == "queued"]
+    assert len(requeued) == 4
+    for r in requeued:
+        events = [h["event"] for h in r["history"]]
+        assert "preempted" in events and "requeued" in events
+        assert r["message"]  # and it says why it waits now
+    assert sum(r["phase"] == "running" for r in nlp) == 4  # nlp keeps its guarantee
+
+
+async def test_higher_priority_evicts_lower_within_a_team(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await put_policy(fed, POLICY)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.wait_spokes(1)
+    batch = [await fed.submit(**long_job(f"b-{i}", "vision")) for i in range(4)]
+    for wid in batch:
+        await fed.wait_phase(wid, {Phase.RUNNING})
+    urgent = await fed.submit(**long_job("urgent", "vision", klass="training", gpus=2))
+    await fed.wait_phase(urgent, {Phase.RUNNING}, timeout=30)
+    phases = [(await fed.workload(w))["phase"] for w in batch]
+    assert sorted(phases) == ["queued", "queued", "running", "running"]
+
+
+async def test_explanations_name_the_limit(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await put_policy(fed, POLICY)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.wait_spokes(1)
+    first = await fed.submit(**long_job("t1", "tiny"))
+    await fed.wait_phase(first, {Phase.RUNNING})
+    second = await fed.submit(**long_job("t2", "tiny"))
+
+    async def reason() -> dict[str, Any]:
+        return await fed.workload(second)
+
+    record: dict[str, Any] = {}
+    for _ in range(100):
+        record = await reason()
+        if record["reason"]:
+            break
+        await asyncio.sleep(0.05)
+    assert record["phase"] == "queued"
+    assert record["reason"] == "team_limit"
+    assert (
+        "tiny" in record["message"] and "H100" in record["message"] and "1/1" in record["message"]
+    )
