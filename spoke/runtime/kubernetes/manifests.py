@@ -1,0 +1,215 @@
+"""The Kubernetes objects the runtime creates: a workload's batch/v1 Job and its team's namespace.
+
+Pure functions of a Launch: no API calls. A gang of N nodes is one Indexed Job with
+parallelism = completions = N and one pod per node (pod anti-affinity on the host).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schemas import WorkloadSpec
+from spoke.errors import PermanentSpokeError
+from spoke.kube import (
+    ANNOTATION_DECISION,
+    ANNOTATION_WORKLOAD,
+    GPU_RESOURCE,
+    LABEL_EPOCH,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PRODUCT,
+    LABEL_HOSTNAME,
+    LABEL_MANAGED_BY,
+    LABEL_SPOKE,
+    LABEL_TEAM,
+    LABEL_WORKLOAD,
+    MANAGED_BY,
+    MIG_SEPARATOR,
+    dns_name,
+    label_value,
+)
+from spoke.ports import Launch
+
+DEFAULT_PRIORITY_CLASSES: Mapping[str, str] = {
+    "production": "gpufed-production",
+    "training": "gpufed-training",
+    "dev": "gpufed-dev",
+    "batch": "gpufed-batch",
+}
+CONTAINER_NAME = "workload"
+LABEL_WORKLOAD_NAME = "gpufed.io/workload-name"
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
+FINISHED_TTL_S = 24 * 3600  # finished Jobs stay a day for `kubectl logs`
+
+
+def job_name_for(workload_id: str, epoch: int) -> str:
+    """The Job's name: the workload id made DNS-safe, then the epoch ("train-7-e2")."""
+    suffix = f"-e{epoch}"
+    return f"{dns_name(workload_id, 63 - len(suffix))}{suffix}"
+
+
+def build_job(
+    launch: Launch,
+    *,
+    namespace: str,
+    job_name: str,
+    spoke_label: str,
+    image: str,
+    priority_class: str | None,
+) -> dict[str, Any]:
+    """The batch/v1 Job for one launch. Raises PermanentSpokeError for what it cannot express."""
+    spec = launch.spec
+    hosts, resource = _placement(launch)
+    labels = {
+        LABEL_WORKLOAD: label_value(launch.workload_id),
+        LABEL_EPOCH: str(launch.epoch),
+        LABEL_SPOKE: spoke_label,
+        LABEL_TEAM: label_value(spec.team),
+        LABEL_WORKLOAD_NAME: spec.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+    annotations = {ANNOTATION_WORKLOAD: launch.workload_id, ANNOTATION_DECISION: launch.decision_id}
+    env = [{"name": key, "value": value} for key, value in spec.env.items()]
+    env += [
+        {"name": "GPUFED_WORKLOAD_ID", "value": launch.workload_id},
+        {"name": "GPUFED_EPOCH", "value": str(launch.epoch)},
+        {"name": "GPUFED_NODES", "value": str(spec.nodes)},
+    ]
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "command": list(spec.command),
+        "env": env,
+        "resources": {
+            "limits": {resource: str(spec.gpus_per_node)},
+            "requests": {resource: str(spec.gpus_per_node)},
+        },
+    }
+    if spec.working_dir:
+        container["workingDir"] = spec.working_dir
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "affinity": _affinity(hosts, spec, labels),
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+    }
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "parallelism": spec.nodes,
+        "completions": spec.nodes,
+        "ttlSecondsAfterFinished": FINISHED_TTL_S,
+        "template": {
+            "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+            "spec": pod_spec,
+        },
+    }
+    if spec.nodes > 1:
+        job_spec["completionMode"] = "Indexed"  # JOB_COMPLETION_INDEX gives each pod its rank
+    if spec.max_runtime_s is not None:
+        job_spec["activeDeadlineSeconds"] = spec.max_runtime_s
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": job_spec,
+    }
+
+
+def namespace_manifest(namespace: str, team: str) -> dict[str, Any]:
+    """The v1 Namespace a team's Jobs run in (pod security: baseline)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_TEAM: label_value(team),
+                POD_SECURITY_LABEL: "baseline",
+            },
+        },
+    }
+
+
+def _placement(launch: Launch) -> tuple[list[str], str]:
+    """Node names and the one GPU resource the launch asks for on each."""
+    spec = launch.spec
+    if spec.gpu_fraction is not None:
+        raise PermanentSpokeError(
+            f"workload {launch.workload_id}: fractional GPUs are not supported by the Kubernetes "
+            "runtime; ask for a MIG profile (a gpu_model like 'A100-mig-1g.10gb') instead"
+        )
+    hosts: list[str] = []
+    resources: set[str] = set()
+    for assignment in launch.assignments:
+        host, _, profile = assignment.node.partition(MIG_SEPARATOR)
+        hosts.append(host)
+        resources.add(f"nvidia.com/{profile}" if profile else GPU_RESOURCE)
+    if len(hosts) != spec.nodes or len(set(hosts)) != len(hosts):
+        raise PermanentSpokeError(
+            f"workload {launch.workload_id}: needs {spec.nodes} distinct node(s), "
+            f"was assigned {hosts}"
+        )
+    if len(resources) != 1:
+        raise PermanentSpokeError(
+            f"workload {launch.workload_id}: assignments mix GPU resources {sorted(resources)}"
+        )
+    return hosts, resources.pop()
+
+
+def _affinity(hosts: list[str], spec: WorkloadSpec, labels: Mapping[str, str]) -> dict[str, Any]:
+    # metadata.name, not the kubernetes.io/hostname label: the inventory reports node names, and
+    # on some clouds the hostname label differs from the node name.
+    pinned = {"key": "metadata.name", "operator": "In", "values": hosts}
+    models = _model_label_values(spec.gpu_models)
+    if models:
+        terms = [
+            {
+                "matchFields": [pinned],
+                "matchExpressions": [{"key": key, "operator": "In", "values": models}],
+            }
+            for key in (LABEL_GPU_MODEL, LABEL_GPU_PRODUCT)
+        ]
+    else:
+        terms = [{"matchFields": [pinned]}]
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+    if spec.nodes > 1:
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {
+                            LABEL_WORKLOAD: labels[LABEL_WORKLOAD],
+                            LABEL_EPOCH: labels[LABEL_EPOCH],
+                        }
+                    },
+                    "topologyKey": LABEL_HOSTNAME,
+                }
+            ]
+        }
+    return affinity
+
+
+def _model_label_values(models: tuple[str, ...]) -> list[str]:
+    """Label values a node of one of `models` carries; a MIG model also matches its base."""
+    values: list[str] = []
+    for model in models:
+        candidates = [model]
+        at = model.lower().find("-mig-")
+        if at > 0:
+            candidates.append(model[:at])
+        values.extend(c for c in candidates if c not in values)
+    return values
