@@ -171,7 +171,8 @@ def _spoke_json(hub: HubService, spoke_id: str, now: float) -> dict[str, Any]:
     for node in report.nodes if report else ():
         entry = gpus.setdefault(node.gpu_model, {"total": 0, "free": 0})
         entry["total"] += node.gpu_count
-        entry["free"] += len(node.free_devices) + sum(node.device_free_fraction.values())
+        if node.schedulable:  # a cordoned node's idle GPUs are not on offer
+            entry["free"] += len(node.free_devices) + sum(node.device_free_fraction.values())
     return {
         "id": spoke.id,
         "region": spoke.region,

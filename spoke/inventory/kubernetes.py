@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from kubernetes import client as k8s
 
+from spoke.inventory.models import short_model
 from spoke.kube import (
     GPU_RESOURCE,
     LABEL_GPU_MODEL,
@@ -162,9 +163,13 @@ def _node_inventories(
 
 
 def gpu_model(labels: Mapping[str, str]) -> str:
-    """A node's GPU model: `gpufed.io/gpu-model` if the platform team set it, else the
-    `nvidia.com/gpu.product` label of GPU feature discovery, else "unknown"."""
-    return labels.get(LABEL_GPU_MODEL) or labels.get(LABEL_GPU_PRODUCT) or "unknown"
+    """A node's GPU model: `gpufed.io/gpu-model` if the platform team set it, else the short
+    name of GPU feature discovery's `nvidia.com/gpu.product` ("NVIDIA-H100-80GB-HBM3" -> "H100",
+    as users ask for it), else "unknown"."""
+    if labels.get(LABEL_GPU_MODEL):
+        return labels[LABEL_GPU_MODEL]
+    product = labels.get(LABEL_GPU_PRODUCT)
+    return short_model(product) if product else "unknown"
 
 
 def _mig_model(model: str, profile: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 import anyio.to_thread
 
 from spoke.errors import PermanentSpokeError
+from spoke.inventory.models import short_model
 from spoke.ports import NodeInventory
 
 
@@ -56,9 +57,7 @@ class NvmlInventory:
 
 def model_name(product: str) -> str:
     """'NVIDIA H200' -> 'H200', 'NVIDIA A100-SXM4-80GB' -> 'A100', 'Tesla T4' -> 'T4'."""
-    words = [w for w in product.replace("NVIDIA", "").replace("Tesla", "").split() if w]
-    first = words[0] if words else product
-    return first.split("-")[0]
+    return short_model(product)
 
 
 def _text(value: Any) -> str:

@@ -71,7 +71,7 @@ async def test_nodes_report_models_labels_schedulability_and_outside_use(
     }, "nodes without GPUs and empty MIG profiles are left out"
     a = nodes["gpu-a"]
     assert (a.gpu_model, a.gpu_count, a.schedulable, a.busy_outside) == (
-        "NVIDIA-H100-80GB-HBM3",
+        "H100",
         8,
         True,
         3,
@@ -85,13 +85,13 @@ async def test_nodes_report_models_labels_schedulability_and_outside_use(
     assert nodes["gpu-relabelled"].gpu_model == "H100"
     assert nodes["gpu-mig"] == NodeInventory(
         name="gpu-mig",
-        gpu_model="NVIDIA-A100-SXM4-80GB",
+        gpu_model="A100",
         gpu_count=2,
         labels=nodes["gpu-mig"].labels,
     )
     mig = nodes["gpu-mig/mig-1g.10gb"]
     assert (mig.gpu_model, mig.gpu_count, mig.busy_outside) == (
-        "NVIDIA-A100-SXM4-80GB-mig-1g.10gb",
+        "A100-mig-1g.10gb",
         7,
         2,
     )

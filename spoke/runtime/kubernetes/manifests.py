@@ -16,8 +16,6 @@ from spoke.kube import (
     ANNOTATION_WORKLOAD,
     GPU_RESOURCE,
     LABEL_EPOCH,
-    LABEL_GPU_MODEL,
-    LABEL_GPU_PRODUCT,
     LABEL_HOSTNAME,
     LABEL_MANAGED_BY,
     LABEL_SPOKE,
@@ -168,19 +166,11 @@ def _placement(launch: Launch) -> tuple[list[str], str]:
 
 def _affinity(hosts: list[str], spec: WorkloadSpec, labels: Mapping[str, str]) -> dict[str, Any]:
     # metadata.name, not the kubernetes.io/hostname label: the inventory reports node names, and
-    # on some clouds the hostname label differs from the node name.
+    # on some clouds the hostname label differs from the node name. The hub chose these nodes
+    # for their GPU model already; the inventory's short model names ("H100") match no node
+    # label value, so pinning the node is the whole constraint.
     pinned = {"key": "metadata.name", "operator": "In", "values": hosts}
-    models = _model_label_values(spec.gpu_models)
-    if models:
-        terms = [
-            {
-                "matchFields": [pinned],
-                "matchExpressions": [{"key": key, "operator": "In", "values": models}],
-            }
-            for key in (LABEL_GPU_MODEL, LABEL_GPU_PRODUCT)
-        ]
-    else:
-        terms = [{"matchFields": [pinned]}]
+    terms = [{"matchFields": [pinned]}]
     affinity: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
@@ -201,15 +191,3 @@ def _affinity(hosts: list[str], spec: WorkloadSpec, labels: Mapping[str, str]) -
             ]
         }
     return affinity
-
-
-def _model_label_values(models: tuple[str, ...]) -> list[str]:
-    """Label values a node of one of `models` carries; a MIG model also matches its base."""
-    values: list[str] = []
-    for model in models:
-        candidates = [model]
-        at = model.lower().find("-mig-")
-        if at > 0:
-            candidates.append(model[:at])
-        values.extend(c for c in candidates if c not in values)
-    return values

@@ -1,0 +1,83 @@
+"""The whole chain: hub and NATS, and a spoke configured like `gpufed spoke --inventory
+kubernetes --runtime kubernetes --kubeconfig FILE` against the Kubernetes API emulator."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bus.client import Bus, BusSettings
+from bus.natsserver import EmbeddedNats
+from schemas import Phase
+from spoke.agent import SpokeAgent
+from spoke.main import make_inventory, make_runtime_factory
+from spoke.settings import SpokeSettings
+from tests.integration.fed import InProcessFederation
+from tests.kubernetes.conftest import Cluster
+from tests.kubernetes.test_kube_client import write_kubeconfig
+from tests.kubernetes.test_runtime_events import running_status, terminated_status
+
+pytestmark = [pytest.mark.kubernetes, pytest.mark.integration]
+
+
+async def test_placed_work_runs_as_a_job_and_its_end_reaches_the_hub(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.add_node("gpu-a", gpus=8, product="NVIDIA-H100-80GB-HBM3")
+    cluster.add_node("gpu-b", gpus=8, product="NVIDIA-H100-80GB-HBM3", unschedulable=True)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", {"emu": cluster.url}, "emu")
+    with EmbeddedNats(tmp_path / "nats") as nats:
+        fed = InProcessFederation(nats.url, tmp_path)
+        await fed.start_hub()
+        settings = SpokeSettings(
+            id="k8s-eu",
+            region="eu",
+            nats_url=nats.url,
+            inventory="kubernetes",
+            runtime="kubernetes",
+            kubeconfig=str(kubeconfig),
+            state_dir=tmp_path / "spokes",
+            heartbeat_s=0.5,
+        )
+        agent = SpokeAgent(
+            settings,
+            Bus(BusSettings(url=nats.url, name="k8s-spoke", inbox_prefix="_INBOX_k8s-eu")),
+            make_inventory(settings),
+            make_runtime_factory(settings),
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run(stop))
+        try:
+            await asyncio.wait_for(agent.ready.wait(), 10)
+            await fed.wait_spokes(1)
+            spokes = (await fed.api.get("/v1/spokes")).json()  # type: ignore[union-attr]
+            assert spokes[0]["gpus"]["H100"] == {"total": 16, "free": 8}  # gpu-b is cordoned
+            wid = await fed.submit(
+                name="train", team="vision", gpus_per_node=4, gpu_model="H100",
+                image="pytorch/pytorch:2.4.0", command=["python", "train.py"],
+            )  # fmt: skip
+            await cluster.eventually(lambda: len(cluster.jobs()) == 1, 10)
+            job = cluster.jobs()[0]
+            container = job["spec"]["template"]["spec"]["containers"][0]
+            assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+            assert container["image"] == "pytorch/pytorch:2.4.0"
+            assert job["metadata"]["namespace"] == "gpufed-vision"
+            assert job["metadata"]["labels"]["gpufed.io/workload-id"] == wid
+            pod = f"{job['metadata']['name']}-0"
+            await cluster.add_job_pod(job, pod, "gpu-a")
+            await cluster.set_pod_status("gpufed-vision", pod, running_status())
+            await fed.wait_phase(wid, {Phase.RUNNING})
+            await cluster.set_pod_status("gpufed-vision", pod, terminated_status(0, "Completed"))
+            await cluster.set_job_status(
+                "gpufed-vision",
+                job["metadata"]["name"],
+                {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+            )
+            record = await fed.wait_phase(wid, {Phase.SUCCEEDED, Phase.FAILED})
+            assert record["phase"] == "succeeded" and record["spoke_id"] == "k8s-eu"
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 15)
+            await fed.close()
