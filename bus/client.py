@@ -35,6 +35,7 @@ class BusSettings:
     connect_timeout_s: float = 2.0
     publish_timeout_s: float = 2.0
     user_credentials: str | None = None
+    token: str | None = None
     inbox_prefix: str | None = None
 
 
@@ -76,6 +77,8 @@ class Bus:
                 kwargs: dict[str, object] = {}
                 if s.user_credentials:
                     kwargs["user_credentials"] = s.user_credentials
+                if s.token:
+                    kwargs["token"] = s.token
                 if s.inbox_prefix:
                     kwargs["inbox_prefix"] = s.inbox_prefix
                 self._nc = await nats.connect(

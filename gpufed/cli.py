@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--kind", choices=["onprem", "cloud"], default="onprem")
     spoke.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     spoke.add_argument(
+        "--token",
+        default=os.environ.get("GPUFED_NATS_TOKEN"),
+        help="NATS auth token (a burst instance's join token; default $GPUFED_NATS_TOKEN)",
+    )
+    spoke.add_argument(
         "--inventory", default="nvml", help="static:FILE (simulated GPUs), nvml or kubernetes"
     )
     spoke.add_argument("--runtime", choices=["local", "kubernetes"], default="local")
@@ -75,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     from gpufed import commands
 
     commands.add_client_commands(sub)
+
+    from gpufed.burst_entry import add_burst_parser
+
+    add_burst_parser(sub)
 
     schemas_cmd = sub.add_parser("schemas", help="wire schemas")
     schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
@@ -130,6 +139,7 @@ def _spoke(args: argparse.Namespace) -> int:
             region=args.region,
             kind=args.kind,
             nats_url=args.nats_url,
+            nats_token=args.token,
             inventory=args.inventory,
             runtime=args.runtime,
             state_dir=args.state_dir,

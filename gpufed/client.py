@@ -59,6 +59,9 @@ class HubClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return self._call("PUT", "/v1/policy", json=policy, headers=headers)  # type: ignore[no-any-return]
 
+    def burst_instances(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/burst/instances")  # type: ignore[no-any-return]
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 from gpufed.client import ApiError, HubClient
@@ -30,6 +31,12 @@ DEMO_JOBS: list[tuple[str, str, str, int, int, list[str], float | None, float]] 
     ("moe-ablation", "research", "training", 1, 8, ["H100"], None, 3),
     ("ocr-eval", "vision", "batch", 1, 2, [], None, 1),
     ("ner-sweep", "nlp", "batch", 1, 1, [], None, 1),
+    # A spike of H100 work beyond what the on-prem fleet has: it waits, burst rents cloud
+    # H100s for it, and gives them back once they fall idle.
+    ("vit-sweep-1", "vision", "training", 1, 8, ["H100"], None, 8),
+    ("vit-sweep-2", "vision", "training", 1, 8, ["H100"], None, 8),
+    ("vit-sweep-3", "vision", "training", 1, 8, ["H100"], None, 8),
+    ("vit-sweep-4", "vision", "training", 1, 8, ["H100"], None, 8),
 ]
 
 PROGRESS_EVERY_S = 1.0
@@ -55,7 +62,11 @@ def demo_specs() -> list[dict[str, Any]]:
     return specs
 
 
-def run_demo(api_url: str) -> int:
+#: How long the demo waits for burst to give its cloud instances back.
+RELEASE_TIMEOUT_S = 60.0
+
+
+def run_demo(api_url: str, burst_dir: Path | None = None) -> int:
     """Submit the demo jobs, wait for them, print the summary. 0 only if all succeeded."""
     client = HubClient(api_url)
     try:
@@ -88,13 +99,40 @@ def _run(client: HubClient) -> int:
             break
         time.sleep(PROGRESS_EVERY_S / 4)
     _summary([records.get(i) or client.workload(i) for i in ids])
+    _burst_summary(client)
     ok = sum(1 for i in ids if records.get(i, {}).get("phase") == "succeeded")
     print(f"{ok}/{len(ids)} workloads succeeded")
     return 0 if ok == len(ids) else 1
 
 
+def _burst_summary(client: HubClient) -> None:
+    """Wait for burst to give its instances back, then show what it rented and what it cost."""
+    start = time.monotonic()
+    instances = client.burst_instances()
+    if instances:
+        print("waiting for burst to release its idle cloud instances ...", flush=True)
+    while any(i["state"] in ("requested", "running", "terminating") for i in instances):
+        if time.monotonic() - start > RELEASE_TIMEOUT_S:
+            break
+        time.sleep(0.5)
+        instances = client.burst_instances()
+    if not instances:
+        print("burst: no cloud instance was needed\n")
+        return
+    print("burst instance                 type           market     team     state")
+    for i in instances:
+        print(
+            f"{i['burst_id']:30} {i['instance_type']:14} {i['market']:10} {i['team']:8} "
+            f"{i['state']}"
+        )
+    usage = client.usage()["teams"]
+    cost = sum(t["cloud_cost"] for t in usage.values())
+    cloud_hours = sum(t["gpu_hours_cloud"] for t in usage.values())
+    print(f"cloud: {cloud_hours * 3600:.1f} GPU-seconds, ${cost:.4f} attributed to workloads\n")
+
+
 def _summary(records: list[dict[str, Any]]) -> None:
-    print("\nworkload          team      gpus   spoke  wait     run      phase")
+    print("\nworkload          team      gpus   spoke                 wait     run      phase")
     gpu_seconds: dict[str, float] = defaultdict(float)
     for r in records:
         spec = r["spec"]
@@ -104,10 +142,10 @@ def _summary(records: list[dict[str, Any]]) -> None:
         wait = "-" if r.get("wait_s") is None else f"{r['wait_s']:.2f}s"
         run = "-" if r.get("run_s") is None else f"{r['run_s']:.2f}s"
         print(
-            f"{spec['name']:17} {spec['team']:9} {gpus:<6g} {r['spoke_id'] or '-':6} "
+            f"{spec['name']:17} {spec['team']:9} {gpus:<6g} {r['spoke_id'] or '-':21} "
             f"{wait:8} {run:8} {r['phase']}"
         )
-    print("\nspoke   GPU-seconds used")
+    print("\nspoke                 GPU-seconds used")
     for spoke, used in sorted(gpu_seconds.items()):
-        print(f"{spoke:7} {used:8.1f}")
+        print(f"{spoke:21} {used:8.1f}")
     print()

@@ -5,7 +5,10 @@ Every piece runs as its own process, as in production, and is stopped by its own
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import json
 import shutil
 import signal
 import socket
@@ -17,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from burst.catalog import load_catalog
+from burst.providers.local import STATE_FILE, LocalProvider
 from bus.natsserver import EmbeddedNats, free_port
 from gpufed.client import ApiError, HubClient
 
@@ -38,6 +43,13 @@ FLEET = (
 )
 
 
+#: Burst timings of the demo: rent after 3 s of unplaceable demand, give back after 6 s idle.
+DEMO_BURST = (
+    "--tick", "0.5", "--burst-after", "3", "--idle-ttl", "6", "--cooldown", "5",
+    "--max-instances", "2",
+)  # fmt: skip
+
+
 class Federation:
     """The processes of an embedded federation."""
 
@@ -49,11 +61,13 @@ class Federation:
         *,
         hub_args: tuple[str, ...] = (),
         spoke_args: tuple[str, ...] = ("--stop-workloads-on-exit",),
+        burst_args: tuple[str, ...] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
         self.hub_args = hub_args
         self.spoke_args = spoke_args
+        self.burst_args = burst_args  # None: no burst controller
         self.api_port = api_port or free_port()
         self.nats = EmbeddedNats(self.data_dir / "nats")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -69,7 +83,27 @@ class Federation:
         self.start_hub()
         for spoke in self.fleet:
             self.start_spoke(spoke)
+        if self.burst_args is not None:
+            self.start_burst()
         self.wait_ready(timeout_s)
+
+    def start_burst(self) -> None:
+        """The burst controller with the local provider: cloud spokes are local processes."""
+        self._spawn(
+            "burst",
+            [
+                "burst",
+                "--provider", "local",
+                "--nats-url", self.nats.url,
+                "--state-dir", str(self.burst_dir),
+                "--spoke-heartbeat", "1",
+                *(self.burst_args or ()),
+            ],
+        )  # fmt: skip
+
+    @property
+    def burst_dir(self) -> Path:
+        return self.data_dir / "burst"
 
     def start_hub(self) -> None:
         self._spawn(
@@ -129,7 +163,16 @@ class Federation:
         return self.data_dir / "logs"
 
     def stop(self) -> None:
-        """Stop spokes, then the hub, then NATS; each by its own process handle."""
+        """Stop burst and its cloud spokes, the spokes, the hub, then NATS; each by its handle."""
+        burst = self.procs.pop("burst", None)
+        if burst is not None and burst.poll() is None:
+            burst.send_signal(signal.SIGTERM)
+            try:
+                burst.wait(20)
+            except subprocess.TimeoutExpired:
+                burst.kill()
+                burst.wait()
+        self._release_cloud_spokes()
         for name in [s.id for s in self.fleet] + ["hub"]:
             proc = self.procs.pop(name, None)
             if proc is not None and proc.poll() is None:
@@ -146,6 +189,19 @@ class Federation:
                 proc.kill()
                 proc.wait()
         self.nats.stop()
+
+    def _release_cloud_spokes(self) -> None:
+        # Cloud spokes outlive the controller on purpose (like rented machines); the embedded
+        # federation gives them back when it stops.
+        state = self.burst_dir / STATE_FILE
+        if not state.exists():
+            return
+        ids = list(json.loads(state.read_text()).get("instances", {}))
+        if ids:
+            provider = LocalProvider(self.burst_dir, self.nats.url, load_catalog())
+            # stop() may be called from inside an event loop (tests, benches): use a thread.
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, provider.terminate(ids)).result()
 
     def kill(self, name: str) -> None:
         """SIGKILL one of our processes (for fault drills)."""
@@ -183,7 +239,10 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
         shutil.rmtree(data_dir, ignore_errors=True)
     if not _port_free(api_port):
         api_port = free_port()
-    fed = Federation(data_dir, api_port)
+    # The demo wants to show a burst and a release within a minute; a long-running federation
+    # waits longer before renting and before giving back.
+    timings = DEMO_BURST if demo else ("--burst-after", "30", "--idle-ttl", "120")
+    fed = Federation(data_dir, api_port, burst_args=timings)
     print(f"gpufed: starting NATS, the hub and {len(fed.fleet)} spokes (logs in {fed.log_dir})")
     try:
         fed.start()
@@ -191,7 +250,7 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
         if demo:
             from gpufed.demo import run_demo
 
-            return run_demo(fed.api_url)
+            return run_demo(fed.api_url, fed.burst_dir)
         print("Ctrl-C stops everything.")
         while True:
             fed._check_alive()
@@ -211,6 +270,7 @@ def _banner(fed: Federation) -> None:
     print(f"  API     {fed.api_url}   (export GPUFED_API={fed.api_url})")
     for s in fed.fleet:
         print(f"  spoke   {s.id:6} region {s.region}: {s.nodes} node(s) x {s.gpus} {s.model}")
+    print("  burst   local provider: cloud spokes appear for demand no spoke can serve")
     example = "gpufed submit --name hello --team me --gpus 2 -- sleep 5"
     print(f"  try     GPUFED_API={fed.api_url} {example}")
 

@@ -102,6 +102,7 @@ async def serve(settings: SpokeSettings, stop: asyncio.Event | None = None) -> N
                 name=f"gpufed-spoke-{settings.id}",
                 # Per-spoke NATS users may only subscribe below their own inbox prefix.
                 inbox_prefix=f"_INBOX_{settings.id}",
+                token=settings.nats_token,
             )
         ),
         inventory,

@@ -14,6 +14,7 @@ class SpokeSettings(BaseModel):
     region: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     kind: SpokeKind = SpokeKind.ONPREM
     nats_url: str = "nats://127.0.0.1:4222"
+    nats_token: str | None = Field(default=None, repr=False)
     inventory: str = "static:inventory.yaml"
     runtime: str = "local"
     state_dir: Path = Path(".gpufed/spokes")

@@ -142,10 +142,11 @@ class AwsProvider:
             token=request.spoke_token,
             labels={
                 "instance-type": request.instance_type,
-                "price": f"{request.price_per_hour:g}",
                 "market": request.market.value,
-                "team": request.team,
+                # The hub reserves the spoke for the team it was rented for.
+                "burst-team": request.team,
             },
+            price_per_gpu_hour=request.price_per_hour / max(1, request.gpu_count),
             package=self._config.package,
         )
         try:

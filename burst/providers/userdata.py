@@ -57,6 +57,7 @@ class SpokeBoot:
     nats_url: str
     token: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    price_per_gpu_hour: float = 0.0
     package: str = "gpufed[nvml]"
     gpufed_bin: str = "/opt/gpufed/venv/bin/gpufed"
 
@@ -75,6 +76,12 @@ class SpokeBoot:
             self.nats_url,
             "--token",
             self.token,
+            "--inventory",
+            "nvml",
+            "--runtime",
+            "local",
+            "--price",
+            f"{self.price_per_gpu_hour:g}",
         ]
         for key, value in sorted(self.labels.items()):
             parts += ["--label", f"{key}={value}"]

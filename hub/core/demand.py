@@ -43,6 +43,9 @@ def unplaceable_demand(
         spec = workload.spec
         if not policy.team(spec.team).may_burst:
             continue
+        if spec.nodes > 1:
+            # A gang must share one spoke, and a burst instance is a spoke of one node.
+            continue
         klass = policy.priority_class(spec.priority_class)
         key: _Key = (
             spec.team,

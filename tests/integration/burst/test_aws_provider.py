@@ -83,7 +83,8 @@ async def test_launch_tags_the_instance_and_boots_a_spoke(provider: AwsProvider,
     assert (
         "gpufed spoke --id burst-1-0-abcd1234 --region us-east-1 --kind cloud"
         " --nats-url tls://hub.example.com:4222 --token tok_secret-1"
-        " --label instance-type=p5.48xlarge --label market=spot --label price=45 --label team=ml"
+        " --inventory nvml --runtime local --price 5.625"
+        " --label burst-team=ml --label instance-type=p5.48xlarge --label market=spot"
     ) in script
 
     [described] = await provider.describe(["burst-1-0-abcd1234", "unknown"])

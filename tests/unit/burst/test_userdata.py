@@ -12,14 +12,16 @@ from burst.providers.userdata import (
     SpokeBoot,
     render_user_data,
 )
+from gpufed.cli import _parser
 
 BOOT = SpokeBoot(
     burst_id="burst-3-0-abcd1234",
     region="us-east-1",
     nats_url="tls://hub.example.com:4222",
     token="tok_ABC-123",
-    labels={"price": "45", "instance-type": "p5.48xlarge"},
+    labels={"burst-team": "vision", "instance-type": "p5.48xlarge"},
     package="gpufed[nvml]==0.1.0",
+    price_per_gpu_hour=5.625,
 )
 
 
@@ -29,10 +31,22 @@ def test_default_template_runs_a_cloud_spoke() -> None:
     assert (
         "ExecStart=/opt/gpufed/venv/bin/gpufed spoke --id burst-3-0-abcd1234 --region us-east-1"
         " --kind cloud --nats-url tls://hub.example.com:4222 --token tok_ABC-123"
-        " --label instance-type=p5.48xlarge --label price=45\n"
+        " --inventory nvml --runtime local --price 5.625"
+        " --label burst-team=vision --label instance-type=p5.48xlarge\n"
     ) in script
     assert "pip install --quiet 'gpufed[nvml]==0.1.0'" in script
     assert "{{" not in script
+
+
+def test_the_command_is_one_gpufed_spoke_accepts() -> None:
+    args = _parser().parse_args(BOOT.command().split()[1:])
+    assert (args.id, args.kind, args.token, args.price) == (
+        "burst-3-0-abcd1234",
+        "cloud",
+        "tok_ABC-123",
+        5.625,
+    )
+    assert args.label == ["burst-team=vision", "instance-type=p5.48xlarge"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,67 @@
+"""`gpufed burst` flags become BurstSettings and the planner's policy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from burst.core.model import MarketPreference, TeamBudget
+from gpufed import logs
+from gpufed.burst_entry import add_burst_parser, main, settings_from_args
+
+pytestmark = pytest.mark.burst
+
+
+def parse(*flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gpufed")
+    add_burst_parser(parser.add_subparsers())
+    return parser.parse_args(["burst", *flags])
+
+
+def test_unset_flags_keep_the_defaults() -> None:
+    settings = settings_from_args(parse())
+    assert (settings.provider, settings.tick_s, settings.max_instances) == ("local", 2.0, 10)
+    assert settings.policy().burst_after_s == 60.0
+
+
+def test_flags_reach_the_policy() -> None:
+    flags = [
+        "--burst-after", "5", "--idle-ttl", "30", "--cooldown", "10",
+        "--unlimited-instances", "--max-dollars-per-hour", "40",
+        "--allow-team", "ml", "--allow-team", "cv",
+        "--team-budget", "ml=20,500", "--team-budget", "cv=,100",
+        "--markets", "on_demand_only", "--state-dir", "/tmp/x",
+    ]  # fmt: skip
+    settings = settings_from_args(parse(*flags))
+    policy = settings.policy()
+    assert (policy.burst_after_s, policy.idle_ttl_s, policy.cooldown_s) == (5, 30, 10)
+    assert policy.max_instances is None
+    assert policy.max_dollars_per_hour == 40
+    assert policy.allowed_teams == frozenset({"ml", "cv"})
+    assert policy.team_budgets == {"ml": TeamBudget(20, 500), "cv": TeamBudget(None, 100)}
+    assert policy.markets is MarketPreference.ON_DEMAND_ONLY
+    assert settings.state_dir == Path("/tmp/x")
+
+
+def test_aws_plans_only_in_its_region() -> None:
+    settings = settings_from_args(parse("--provider", "aws", "--aws-region", "eu-west-1"))
+    assert settings.policy().regions == frozenset({"eu-west-1"})
+    both = settings_from_args(
+        parse("--provider", "aws", "--aws-region", "eu-west-1", "--region", "us-east-1")
+    )
+    assert both.policy().regions == frozenset()  # nothing this provider can launch
+
+
+def test_bad_values_are_refused() -> None:
+    with pytest.raises(ValueError, match="TEAM=PER_HOUR"):
+        settings_from_args(parse("--team-budget", "ml"))
+    with pytest.raises(ValidationError):
+        settings_from_args(parse("--idle-ttl", "-1"))
+    try:
+        assert main(["--provider", "aws"]) == 1  # no --aws-image-id: a message, no traceback
+    finally:
+        logs.configure(sys.stderr, json=False, level="warning")  # as tests/conftest.py does

@@ -1,0 +1,148 @@
+"""Cloud burst end to end: hub, on-prem spoke and `gpufed burst --provider local` as processes.
+
+On-prem is full → the hub reports demand → burst launches a cloud spoke → the hub places the
+waiting work there → it runs → the idle cloud spoke is released after idle_ttl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from burst.catalog import load_catalog
+from burst.providers.local import STATE_FILE, LocalProvider
+from gpufed.client import HubClient
+from gpufed.up import Federation, SimSpoke
+from tests.integration.burst.hub_role import process_gone
+
+pytestmark = [pytest.mark.integration, pytest.mark.burst]
+
+IDLE_TTL_S = 2.0
+CATALOG = {
+    "as_of": "2025-01-15",
+    "source": "tests",
+    "instance_types": [
+        {
+            "name": "sim.l4x2",
+            "gpu_model": "L4",
+            "gpu_count": 2,
+            "gpu_memory_gib": 24,
+            "vcpus": 8,
+            "prices": {"us-east-1": {"on_demand": 1.6}},
+        }
+    ],
+}
+
+
+class Burst:
+    """The federation plus a `gpufed burst` process, each stopped by its own handle."""
+
+    def __init__(self, root: Path) -> None:
+        self.fed = Federation(root, 0, (SimSpoke("dc-1", "us", nodes=1, gpus=1, model="L4"),))
+        self.state_dir = self.fed.data_dir / "burst"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: HubClient | None = None
+
+    def start(self) -> None:
+        self.fed.start()
+        catalog = self.fed.data_dir / "catalog.yaml"
+        catalog.write_text(yaml.safe_dump(CATALOG))
+        command = [
+            sys.executable, "-m", "gpufed", "burst",
+            "--provider", "local",
+            "--nats-url", self.fed.nats.url,
+            "--catalog", str(catalog),
+            "--state-dir", str(self.state_dir),
+            "--tick", "0.3",
+            "--burst-after", "0.5",
+            "--idle-ttl", str(IDLE_TTL_S),
+            "--cooldown", "1",
+            "--reconcile-every", "1",
+            "--spoke-heartbeat", "0.5",
+        ]  # fmt: skip
+        with open(self.fed.log_dir / "burst.log", "ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self.client = HubClient(self.fed.api_url)
+        burst_log = self.fed.log_dir / "burst.log"
+        self.until(lambda: "burst_ready" in burst_log.read_text(), 30, "the burst controller")
+
+    def instances(self) -> list[dict[str, Any]]:
+        reply = httpx.get(f"{self.fed.api_url}/v1/burst/instances", timeout=5)
+        reply.raise_for_status()
+        return reply.json()  # type: ignore[no-any-return]
+
+    def until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            assert self.proc is not None and self.proc.poll() is None, (
+                f"burst exited; see {self.fed.log_dir / 'burst.log'}"
+            )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        state = self.state_dir / STATE_FILE
+        if state.exists():  # cloud spokes outlive the controller on purpose: stop them here
+            ids = list(json.loads(state.read_text())["instances"])
+            provider = LocalProvider(self.state_dir, self.fed.nats.url, load_catalog())
+            asyncio.run(provider.terminate(ids))
+        self.fed.stop()
+
+
+@pytest.fixture
+def burst(tmp_path: Path) -> Iterator[Burst]:
+    running = Burst(tmp_path)
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+def test_work_bursts_to_a_cloud_spoke_that_is_released_when_idle(burst: Burst) -> None:
+    client = burst.client
+    assert client is not None
+    # Long enough that the on-prem GPU stays busy while the cloud spoke boots.
+    spec = {"team": "ml", "gpu_models": ["L4"], "command": ["sleep", "3"]}
+    ids = [client.submit({**spec, "name": f"job-{n}"})["id"] for n in range(3)]
+
+    def cloud_spokes() -> list[dict[str, Any]]:
+        return [s for s in client.spokes() if s.get("kind") == "cloud"]
+
+    burst.until(lambda: bool(cloud_spokes()), 30, "a cloud spoke to join")
+    [cloud] = cloud_spokes()
+    burst.until(
+        lambda: all(client.workload(w)["phase"] == "succeeded" for w in ids), 60, "all jobs done"
+    )
+    placed = {client.workload(w)["spoke_id"] for w in ids}
+    assert placed == {"dc-1", cloud["id"]}  # on-prem first, the rest on the cloud spoke
+
+    def states() -> dict[str, str]:
+        return {i["burst_id"]: i["state"] for i in burst.instances()}
+
+    burst.until(lambda: states().get(cloud["id"]) == "terminated", 30, "idle release")
+    assert list(states()) == [cloud["id"]]  # one instance, launched once
+    [instance] = burst.instances()
+    assert instance["instance_type"] == "sim.l4x2"
+    assert process_gone(int(instance["provider_instance_id"].removeprefix("pid-")), cloud["id"])
