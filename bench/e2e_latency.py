@@ -19,9 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bus.client import Bus, BusSettings
-from gpufed.up import Federation, SimSpoke
-from schemas import SubmitReply, WorkloadEvent, subjects
+# Run as `python bench/<script>.py`, the bench folder leads sys.path, and bench/burst.py
+# would shadow the `burst` package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+from bus.client import Bus, BusSettings  # noqa: E402
+from gpufed.up import Federation, SimSpoke  # noqa: E402
+from schemas import SubmitReply, WorkloadEvent, subjects  # noqa: E402
 
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=8, gpus=8, model="H100"),
@@ -49,7 +54,9 @@ async def measure(nats_url: str, rate: float, count: int, settle_s: float) -> di
     async def submit_one() -> None:
         nonlocal errors
         t = time.perf_counter()
-        reply = SubmitReply.model_validate_json((await bus.nc.request(subjects.SUBMIT, payload, 10)).data)
+        reply = SubmitReply.model_validate_json(
+            (await bus.nc.request(subjects.SUBMIT, payload, 10)).data
+        )
         if reply.ok and reply.workload_id:
             sent_at[reply.workload_id] = t
         else:
@@ -67,12 +74,12 @@ async def measure(nats_url: str, rate: float, count: int, settle_s: float) -> di
     await asyncio.gather(*tasks)
     achieved = count / (time.perf_counter() - start)
     deadline = time.perf_counter() + settle_s
-    while len(accepted_at.keys() & sent_at.keys()) < len(sent_at) and time.perf_counter() < deadline:
+    while len(accepted_at.keys() & sent_at.keys()) < len(sent_at):
+        if time.perf_counter() > deadline:
+            break
         await asyncio.sleep(0.05)
     await bus.close()
-    latencies = sorted(
-        (accepted_at[w] - sent_at[w]) * 1000 for w in sent_at if w in accepted_at
-    )
+    latencies = sorted((accepted_at[w] - sent_at[w]) * 1000 for w in sent_at if w in accepted_at)
     return {
         "submitted": len(sent_at),
         "placed": len(latencies),

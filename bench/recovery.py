@@ -20,9 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bus.client import Bus, BusSettings
-from gpufed.up import Federation, SimSpoke
-from schemas import SubmitReply, WorkloadEvent, subjects
+# Run as `python bench/<script>.py`, the bench folder leads sys.path, and bench/burst.py
+# would shadow the `burst` package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+from bus.client import Bus, BusSettings  # noqa: E402
+from gpufed.up import Federation, SimSpoke  # noqa: E402
+from schemas import SubmitReply, WorkloadEvent, subjects  # noqa: E402
 
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=1, gpus=8, model="H100"),
@@ -55,11 +60,11 @@ async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
 
     await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
 
-    async def until_running(wid: str, count: int = 1, timeout: float = 120) -> float:
-        deadline = time.perf_counter() + timeout
+    async def until_running(wid: str, count: int = 1, within_s: float = 120) -> float:
+        deadline = time.perf_counter() + within_s
         while len(running.get(wid, [])) < count:
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"{wid} did not run within {timeout}s")
+                raise RuntimeError(f"{wid} did not run within {within_s}s")
             await asyncio.sleep(0.005)
         return running[wid][count - 1][1]
 
@@ -87,7 +92,7 @@ async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
     print(f"killing spoke {first_spoke}", file=sys.stderr, flush=True)
     fed.kill(first_spoke)
     death = time.perf_counter()
-    rerun = await until_running(victim, count=2, timeout=lost_after * 4 + 60) - death
+    rerun = await until_running(victim, count=2, within_s=lost_after * 4 + 60) - death
     moved_to = running[victim][1][0]
     await bus.close()
     return {

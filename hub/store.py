@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, Index, LargeBinary, event, text
+from sqlalchemy import Engine, Index, LargeBinary, event, text, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
 
@@ -88,6 +90,7 @@ class Store:
         newer than this code.
         """
         self.url = url
+        self._statements: dict[tuple[Any, ...], Any] = {}
         self.engine: Engine = _engine(url)
         migrate(self.engine)
 
@@ -109,21 +112,40 @@ class Store:
         decisions: Iterable[DecisionRecord] = (),
     ) -> None:
         """Insert or update workloads and decisions in one transaction (idempotent)."""
-        with Session(self.engine) as session:
-            for w in workloads:
-                session.merge(
-                    WorkloadRow(
-                        id=w.id,
-                        team=w.spec.team,
-                        phase=w.phase.value,
-                        submitted_at=w.submitted_at,
-                        spoke_id=w.spoke_id,
-                        data=w.model_dump_json(),
-                    )
+        rows = [
+            {
+                "id": w.id,
+                "team": w.spec.team,
+                "phase": w.phase.value,
+                "submitted_at": w.submitted_at,
+                "spoke_id": w.spoke_id,
+                "data": w.model_dump_json(),
+            }
+            for w in workloads
+        ]
+        decision_rows = [d.model_dump() for d in decisions]
+        # Core upserts, not ORM merges: the hub writes on every submission and event, and a
+        # merge costs a SELECT per row before its write.
+        with self.engine.begin() as conn:
+            if rows:
+                conn.execute(self._upsert(WorkloadRow, "id", rows[0]), rows)
+            if decision_rows:
+                conn.execute(
+                    self._upsert(DecisionRow, "decision_id", decision_rows[0]), decision_rows
                 )
-            for d in decisions:
-                session.merge(DecisionRow(**d.model_dump()))
-            session.commit()
+
+    def _upsert(self, model: Any, key: str, sample: dict[str, Any]) -> Any:
+        cache_key = (model, key, tuple(sample))
+        cached = self._statements.get(cache_key)
+        if cached is not None:
+            return cached
+        table = model.__table__
+        insert = postgresql_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        statement = insert(table)
+        columns = {name: statement.excluded[name] for name in sample if name != key}
+        upsert = statement.on_conflict_do_update(index_elements=[table.c[key]], set_=columns)
+        self._statements[cache_key] = upsert
+        return upsert
 
     def get(self, workload_id: str) -> WorkloadRecord | None:
         """The workload with this id, or None if there is none."""
@@ -179,13 +201,9 @@ class Store:
         ids = list(decision_ids)
         if not ids:
             return
-        with Session(self.engine) as session:
-            for row in session.exec(
-                select(DecisionRow).where(col(DecisionRow.decision_id).in_(ids))
-            ):
-                row.published = True
-                session.add(row)
-            session.commit()
+        table: Any = DecisionRow.__table__  # type: ignore[attr-defined]
+        with self.engine.begin() as conn:
+            conn.execute(update(table).where(table.c.decision_id.in_(ids)).values(published=True))
 
     def unpublished(self) -> list[DecisionRecord]:
         """Decisions persisted but maybe not published (re-sent at start-up)."""

@@ -14,7 +14,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -51,6 +51,7 @@ class LocalRuntime:
         self.log_dir = log_dir
         self.run_dir = run_dir or log_dir.parent / "runs"
         self._runs: dict[str, _Run] = {}
+        self._journal: TextIO | None = None  # runs.jsonl: one line per start and per end
 
     async def start(self, launch: Launch) -> None:
         current = self._runs.get(launch.workload_id)
@@ -106,7 +107,7 @@ class LocalRuntime:
             )
             return
         run.pids = [p.pid for p in run.procs]
-        self._write_run_file(run)
+        self._record_start(run)
         await self._sink(RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING))
         run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{launch.workload_id}")
 
@@ -126,15 +127,7 @@ class LocalRuntime:
     async def adopt(self) -> dict[str, int]:
         """Watch again the processes a previous spoke process started; report those that ended."""
         adopted: dict[str, int] = {}
-        if not self.run_dir.exists():
-            return adopted
-        for path in sorted(self.run_dir.glob("*.json")):
-            try:
-                run = _run_from_file(json.loads(path.read_text()))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("run_file_unreadable", path=str(path), error=str(exc))
-                path.unlink(missing_ok=True)
-                continue
+        for run in self._replay_journal():
             wid = run.launch.workload_id
             self._runs[wid] = run
             if any(_alive(pid, wid) for pid in run.pids):
@@ -152,6 +145,9 @@ class LocalRuntime:
         for watcher in watchers:
             watcher.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     def log_path(self, workload_id: str, epoch: int) -> Path:
         return self.log_dir / f"{workload_id}-e{epoch}.log"
@@ -163,7 +159,7 @@ class LocalRuntime:
         else:
             exit_code, reason = await self._wait_adopted(run)
         self._runs.pop(launch.workload_id, None)
-        self._run_file(launch.workload_id).unlink(missing_ok=True)
+        self._record_end(run)
         if run.stop_phase is not None:
             phase, reason = run.stop_phase, reason or run.stop_reason
         elif exit_code == 0 and not reason:
@@ -243,22 +239,62 @@ class LocalRuntime:
     def _exit_file(self, launch: Launch, rank: int) -> Path:
         return self.run_dir / f"{launch.workload_id}-e{launch.epoch}-r{rank}.exit"
 
-    def _run_file(self, workload_id: str) -> Path:
-        return self.run_dir / f"{workload_id}.json"
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / "runs.jsonl"
 
-    def _write_run_file(self, run: _Run) -> None:
+    def _append(self, record: dict[str, Any]) -> None:
+        # One open append handle and one write per start or end: files are slow to open here.
+        if self._journal is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._journal = open(self.journal_path, "a", encoding="utf-8")  # noqa: SIM115
+        self._journal.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._journal.flush()
+
+    def _record_start(self, run: _Run) -> None:
         launch = run.launch
-        data = {
-            "workload_id": launch.workload_id,
-            "epoch": launch.epoch,
-            "decision_id": launch.decision_id,
-            "spec": launch.spec.model_dump(mode="json"),
-            "assignments": [a.model_dump(mode="json") for a in launch.assignments],
-            "pids": run.pids,
-        }
-        tmp = self._run_file(launch.workload_id).with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self._run_file(launch.workload_id))
+        self._append(
+            {
+                "t": "start",
+                "workload_id": launch.workload_id,
+                "epoch": launch.epoch,
+                "decision_id": launch.decision_id,
+                "spec": launch.spec.model_dump(mode="json"),
+                "assignments": [a.model_dump(mode="json") for a in launch.assignments],
+                "pids": run.pids,
+            }
+        )
+
+    def _record_end(self, run: _Run) -> None:
+        launch = run.launch
+        self._append({"t": "end", "w": launch.workload_id, "e": launch.epoch})
+        for rank in range(len(run.pids)):
+            self._exit_file(launch, rank).unlink(missing_ok=True)
+
+    def _replay_journal(self) -> list[_Run]:
+        """Runs started and not ended, from runs.jsonl; rewrites it to just those."""
+        open_runs: dict[tuple[str, int], dict[str, Any]] = {}
+        if self.journal_path.exists():
+            for number, line in enumerate(self.journal_path.read_text().splitlines(), 1):
+                try:
+                    record = json.loads(line)
+                    if record["t"] == "start":
+                        open_runs[(record["workload_id"], int(record["epoch"]))] = record
+                    else:
+                        open_runs.pop((record["w"], int(record["e"])), None)
+                except (ValueError, KeyError, TypeError) as exc:  # a torn last line
+                    log.warning("run_journal_line_skipped", line=number, error=str(exc))
+        runs = []
+        for record in open_runs.values():
+            try:
+                runs.append(_run_from_file(record))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("run_record_unreadable", error=str(exc))
+        if self.journal_path.exists():
+            tmp = self.journal_path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in open_runs.values()))
+            os.replace(tmp, self.journal_path)
+        return runs
 
 
 def _environment(launch: Launch, rank: int) -> dict[str, str]:
