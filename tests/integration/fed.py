@@ -45,7 +45,9 @@ class InProcessFederation:
         settings = HubSettings(nats_url=self.nats_url, data_dir=self.root / "hub", **overrides)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         store = Store(settings.resolved_store_url())
-        hub = HubService(settings, store, Bus(BusSettings(url=self.nats_url, name="hub")), self.policy)
+        hub = HubService(
+            settings, store, Bus(BusSettings(url=self.nats_url, name="hub")), self.policy
+        )
         self.hub = hub
         self._spawn("hub", hub.run)
         await asyncio.wait_for(hub.ready.wait(), 10)

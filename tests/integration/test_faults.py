@@ -72,7 +72,9 @@ async def wait_http(client: httpx.AsyncClient, spokes: set[str], timeout: float 
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
         try:
-            ready = {s["id"] for s in (await client.get("/v1/spokes")).json() if s["status"] == "ready"}
+            ready = {
+                s["id"] for s in (await client.get("/v1/spokes")).json() if s["status"] == "ready"
+            }
             if spokes <= ready:
                 return
         except httpx.TransportError:
@@ -225,7 +227,9 @@ async def test_nats_restart_mid_run_loses_nothing(make_fed: Any, api: Any, tmp_p
     assert all(counts[w] == 1 for w in ids)
 
 
-async def test_spoke_cut_off_briefly_keeps_its_work(make_fed: Any, api: Any, tmp_path: Path) -> None:
+async def test_spoke_cut_off_briefly_keeps_its_work(
+    make_fed: Any, api: Any, tmp_path: Path
+) -> None:
     fleet = (
         SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),
         SimSpoke("us-1", "us", nodes=1, gpus=4, model="H100"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -63,7 +64,7 @@ async def test_fifty_workloads_run_on_the_gpus_they_asked_for(
         assert len(set(devices)) == asked[wid], f"{wid} asked {asked[wid]} GPUs, saw {devices}"
     for device, runs in intervals.items():
         runs.sort()
-        for (_b1, end1, w1), (begin2, _e2, w2) in zip(runs, runs[1:], strict=False):
+        for (_b1, end1, w1), (begin2, _e2, w2) in itertools.pairwise(runs):
             assert begin2 >= end1, f"{device} given to {w1} and {w2} at once"
 
 

@@ -33,7 +33,9 @@ async def test_static_inventory_expands_node_groups(tmp_path: Path) -> None:
         ("nodes: []", "nodes"),
         ("nodes:\n  - {name: a, gpu_model: H100, gpu_count: 99}", "gpu_count"),
         (
-            "nodes:\n  - {name: a, gpu_model: H100, gpu_count: 1}\n  - {name: a, gpu_model: H100, gpu_count: 1}",
+            "nodes:\n"
+            "  - {name: a, gpu_model: H100, gpu_count: 1}\n"
+            "  - {name: a, gpu_model: H100, gpu_count: 1}",
             "twice",
         ),
         ("{not yaml", "not YAML"),

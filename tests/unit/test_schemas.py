@@ -108,9 +108,7 @@ def test_commands_round_trip_through_the_discriminated_union() -> None:
 
 def test_ids_are_safe_subject_tokens() -> None:
     with pytest.raises(ValidationError):
-        WorkloadEvent(
-            event_id="e", spoke_id="a.b", workload_id="w", epoch=1, phase="running", at=0
-        )
+        WorkloadEvent(event_id="e", spoke_id="a.b", workload_id="w", epoch=1, phase="running", at=0)
     with pytest.raises(ValidationError):
         CapacityReport(spoke_id="eu-1", region="eu", incarnation="i", seq=0, sent_at=0,
                        nodes=[{"name": "n", "gpu_model": "H100", "gpu_count": 65}])  # fmt: skip
