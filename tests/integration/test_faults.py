@@ -269,3 +269,30 @@ async def test_spoke_cut_off_briefly_keeps_its_work(
     assert records[late]["spoke_id"] == "us-1"
     counts = Counter(w for w, _ in runs(log))
     assert all(counts[w] == 1 for w in [*ids, late])
+
+
+async def test_restarted_spoke_readopts_its_work_and_reports_its_end_once(
+    make_fed: Any, api: Any, tmp_path: Path
+) -> None:
+    fleet = (SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),)
+    fed: Federation = make_fed(fleet, hub_args=("--lost-after", "60"), spoke_args=())
+    fed.start_hub()
+    fed.start_spoke(fed.spoke("eu-1"))
+    client = api(fed)
+    await wait_http(client, {"eu-1"})
+    log = tmp_path / "runs.log"
+    ids = []
+    for i, code in enumerate([0, 0, 3]):
+        spec = job(log, f"adopt-{i}", 3)
+        spec["command"][-1] += f"; exit {code}"
+        ids.append((await client.post("/v1/workloads", json=spec)).json()["id"])
+    while len(runs(log)) < 3:
+        await asyncio.sleep(0.05)
+    fed.kill("eu-1")  # the agent dies; its workloads' processes run on
+    await asyncio.sleep(0.5)
+    fed.start_spoke(fed.spoke("eu-1"))  # same state dir: re-adopts them
+    records = await wait_terminal(client, set(ids), timeout=60)
+    assert [records[w]["phase"] for w in ids] == ["succeeded", "succeeded", "failed"]
+    assert records[ids[2]]["exit_code"] == 3  # learnt from the exit file after adoption
+    assert {records[w]["epoch"] for w in ids} == {1}  # never moved, never restarted
+    assert Counter(w for w, _ in runs(log)) == dict.fromkeys(ids, 1)
