@@ -61,11 +61,18 @@ class EmbeddedNats:
         return f"nats://{self.host}:{self.port}"
 
     @property
+    def exited(self) -> bool:
+        """Started, and since gone (crashed or killed from outside)."""
+        return self._proc is not None and self._proc.poll() is not None
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     def start(self, timeout: float = 10.0) -> EmbeddedNats:
-        """Start the server and wait until it accepts connections."""
+        """Start the server (again, after it exited) and wait until it accepts connections."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115
         cmd = [str(find_binary()), "-a", self.host, "-p", str(self.port), "-js"]

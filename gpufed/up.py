@@ -72,6 +72,7 @@ class Federation:
         self.nats = EmbeddedNats(self.data_dir / "nats")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order
+        self._restarts: dict[str, list[float]] = {}
 
     @property
     def api_url(self) -> str:
@@ -224,6 +225,34 @@ class Federation:
         self.procs[name] = proc
         self._started.append(proc)
 
+    def supervise(self) -> list[str]:
+        """Start again whatever died (NATS, the hub, a spoke, burst); say what was restarted.
+
+        A piece that keeps dying (5 times within a minute) ends the federation instead.
+        """
+        restarted = []
+        if self.nats.exited:
+            self.nats.start()
+            restarted.append("nats")
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            del self.procs[name]
+            now = time.monotonic()
+            recent = [t for t in self._restarts.get(name, []) if now - t < 60] + [now]
+            self._restarts[name] = recent
+            if len(recent) > 5:
+                log_file = self.log_dir / f"{name}.log"
+                raise RuntimeError(f"{name} keeps exiting ({proc.returncode}); see {log_file}")
+            if name == "hub":
+                self.start_hub()
+            elif name == "burst":
+                self.start_burst()
+            else:
+                self.start_spoke(self.spoke(name))
+            restarted.append(f"{name} (it exited with {proc.returncode})")
+        return restarted
+
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
@@ -251,9 +280,10 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
             from gpufed.demo import run_demo
 
             return run_demo(fed.api_url, fed.burst_dir)
-        print("Ctrl-C stops everything.")
+        print("Ctrl-C stops everything; a piece that dies is started again.")
         while True:
-            fed._check_alive()
+            for what in fed.supervise():
+                print(f"gpufed: restarted {what}", flush=True)
             time.sleep(1)
     except KeyboardInterrupt:
         print("\ngpufed: stopping")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -296,3 +298,29 @@ async def test_restarted_spoke_readopts_its_work_and_reports_its_end_once(
     assert records[ids[2]]["exit_code"] == 3  # learnt from the exit file after adoption
     assert {records[w]["epoch"] for w in ids} == {1}  # never moved, never restarted
     assert Counter(w for w, _ in runs(log)) == dict.fromkeys(ids, 1)
+
+
+async def test_embedded_federation_starts_again_what_dies(
+    make_fed: Any, api: Any, tmp_path: Path
+) -> None:
+    fleet = (SimSpoke("eu-1", "eu", nodes=1, gpus=2, model="H100"),)
+    fed: Federation = make_fed(fleet)
+    fed.start_hub()
+    fed.start_spoke(fed.spoke("eu-1"))
+    client = api(fed)
+    await wait_http(client, {"eu-1"})
+    # Killed from outside (an OOM killer, a person): our handles stay, the processes go.
+    for proc in (fed.procs["hub"], fed.procs["eu-1"]):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert fed.nats.pid is not None
+    os.kill(fed.nats.pid, signal.SIGKILL)
+    while not fed.nats.exited:
+        await asyncio.sleep(0.01)
+    restarted = fed.supervise()  # what `gpufed up` does every second
+    assert sorted(r.split()[0] for r in restarted) == ["eu-1", "hub", "nats"]
+    await wait_http(client, {"eu-1"})
+    log = tmp_path / "runs.log"
+    wid = (await client.post("/v1/workloads", json=job(log, "after", 0.1))).json()["id"]
+    records = await wait_terminal(client, {wid}, timeout=30)
+    assert records[wid]["phase"] == "succeeded"
