@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
@@ -21,6 +22,17 @@ async def _bus(url: str) -> Bus:
     await bus.connect()
     await bus.ensure_streams()
     return bus
+
+
+async def _collect_events(bus: Bus, spoke_id: str) -> list[WorkloadEvent]:
+    """Every event the spoke publishes from now on, in order."""
+    events: list[WorkloadEvent] = []
+
+    async def collect(msg: Msg) -> None:
+        events.append(WorkloadEvent.model_validate_json(msg.data))
+
+    await bus.nc.subscribe(subjects.events(spoke_id), cb=collect)
+    return events
 
 
 def _place(tmp_path: Path, epoch: int = 1, decision: str = "wdup-e1-place") -> PlaceCommand:
@@ -40,12 +52,7 @@ async def test_same_decision_published_twice_runs_once(
     fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:
     bus = await _bus(nats_server.url)
-    events: list[WorkloadEvent] = []
-
-    async def collect(msg: object) -> None:
-        events.append(WorkloadEvent.model_validate_json(msg.data))  # type: ignore[attr-defined]
-
-    await bus.nc.subscribe(subjects.events("eu-1"), cb=collect)
+    events = await _collect_events(bus, "eu-1")
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     command = _place(tmp_path).model_dump_json().encode()
     subject = subjects.commands("eu-1")
@@ -101,12 +108,7 @@ async def test_assignment_of_a_busy_device_is_rejected(
     fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:
     bus = await _bus(nats_server.url)
-    events: list[WorkloadEvent] = []
-
-    async def collect(msg: object) -> None:
-        events.append(WorkloadEvent.model_validate_json(msg.data))  # type: ignore[attr-defined]
-
-    await bus.nc.subscribe(subjects.events("eu-1"), cb=collect)
+    events = await _collect_events(bus, "eu-1")
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")
     spec = WorkloadSpec(name="a", team="t", command=("sleep", "5"))

@@ -69,6 +69,17 @@ async def api() -> AsyncIterator[Any]:
         await client.aclose()
 
 
+async def start_all(make_fed: Any, api: Any, fleet: tuple[SimSpoke, ...]) -> tuple[Any, Any]:
+    """A federation with every spoke of `fleet` up, and a REST client of its hub."""
+    fed: Federation = make_fed(fleet)
+    fed.start_hub()
+    for spoke in fleet:
+        fed.start_spoke(spoke)
+    client = api(fed)
+    await wait_http(client, {s.id for s in fleet})
+    return fed, client
+
+
 async def wait_http(client: httpx.AsyncClient, spokes: set[str], timeout: float = 30) -> None:
     """Until the hub answers and the given spokes are ready."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -126,12 +137,7 @@ async def test_hub_killed_mid_run_loses_nothing_and_runs_nothing_twice(
         SimSpoke("eu-1", "eu", nodes=2, gpus=8, model="H100"),
         SimSpoke("us-1", "us", nodes=2, gpus=8, model="L4"),
     )
-    fed: Federation = make_fed(fleet)
-    fed.start_hub()
-    for spoke in fleet:
-        fed.start_spoke(spoke)
-    client = api(fed)
-    await wait_http(client, {"eu-1", "us-1"})
+    fed, client = await start_all(make_fed, api, fleet)
     bus = Bus(BusSettings(url=fed.nats.url, name="drill"))
     await bus.connect()
     log = tmp_path / "runs.log"
@@ -208,12 +214,7 @@ async def test_nats_restart_mid_run_loses_nothing(make_fed: Any, api: Any, tmp_p
         SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
         SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
     )
-    fed: Federation = make_fed(fleet)
-    fed.start_hub()
-    for spoke in fleet:
-        fed.start_spoke(spoke)
-    client = api(fed)
-    await wait_http(client, {"eu-1", "us-1"})
+    fed, client = await start_all(make_fed, api, fleet)
     log = tmp_path / "runs.log"
     ids = []
     for i in range(60):
