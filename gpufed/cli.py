@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_burst_parser(sub)
 
+    from gpufed.replay.cli import add_replay_parser
+
+    add_replay_parser(sub)
+
     schemas_cmd = sub.add_parser("schemas", help="wire schemas")
     schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
     export = schemas_sub.add_parser("export", help="write JSON Schema for every wire model")

@@ -1,0 +1,93 @@
+"""Cloud burst in the replay: `immediate` launches at once, gpufed's planner waits and packs."""
+
+from __future__ import annotations
+
+import pytest
+
+from burst.catalog import Catalog, parse_catalog
+from burst.core import BurstPolicy
+from gpufed.replay.fleet import Fleet, fleet_from_dict
+from gpufed.replay.runner import ReplayRun, ReplaySetup, run_replay
+from gpufed.replay.simulator import SimConfig
+from gpufed.replay.traces import Job
+from hub.core.policy import Policy, Team
+
+CATALOG = """
+as_of: 2025-01-15
+instance_types:
+  - {name: one.gpu, gpu_model: L4, gpu_count: 1, gpu_memory_gib: 24, vcpus: 4,
+     prices: {us-east-1: {on_demand: 1.0}}}
+  - {name: two.gpu, gpu_model: L4, gpu_count: 2, gpu_memory_gib: 24, vcpus: 8,
+     prices: {us-east-1: {on_demand: 1.5}}}
+"""
+
+
+def catalog() -> Catalog:
+    return parse_catalog(CATALOG)
+
+
+def one_gpu() -> Fleet:
+    node = {"name": "n0", "gpu_model": "A100", "gpu_count": 1}
+    return fleet_from_dict({"spokes": [{"id": "dc", "region": "eu", "nodes": [node]}]})
+
+
+def jobs(n: int, duration: float = 1000.0) -> list[Job]:
+    return [Job(f"j{i}", 0.0, duration, "ml", 1, 1) for i in range(n)]
+
+
+def replay(burst: str, policy: Policy | None = None, **knobs: float) -> ReplayRun:
+    setup = ReplaySetup(
+        one_gpu(),
+        policy or Policy(),
+        catalog(),
+        burst=burst,
+        burst_policy=BurstPolicy(**knobs),  # type: ignore[arg-type]
+        boot_s=120.0,
+        sim=SimConfig(cycle_s=1.0),
+    )
+    return run_replay(jobs(3), setup)
+
+
+def test_immediate_launches_an_instance_for_every_unplaceable_job_at_once() -> None:
+    run = replay("immediate")
+    launched = [(i.launched_at, i.instance_type) for i in run.cloud.instances]
+    assert launched == [(0.0, "one.gpu"), (0.0, "one.gpu")]  # one each, the cheapest fit
+    assert run.outcome.first_start == [0.0, 120.0, 120.0]  # after the boot delay
+    # Released as soon as a cycle finds it idle: billed from launch to the job's end.
+    assert [i.terminated_at for i in run.cloud.instances] == [1120.0, 1120.0]
+
+
+def test_gpufed_burst_waits_burst_after_and_packs_the_demand() -> None:
+    run = replay("gpufed", burst_after_s=60.0, idle_ttl_s=300.0, cooldown_s=0.0)
+    (instance,) = run.cloud.instances
+    assert instance.launched_at == pytest.approx(60.0, abs=1e-3)  # not before burst_after
+    assert instance.instance_type == "two.gpu"  # both jobs on one instance
+    assert run.outcome.first_start[1:] == [pytest.approx(180.0, abs=1e-3)] * 2
+    # Released after idle_ttl once both jobs are done.
+    assert instance.terminated_at == pytest.approx(180.0 + 1000.0 + 300.0, abs=1e-3)
+    assert instance.cost(0.0) == pytest.approx(1.5 * (1480.0 - 60.0) / 3600.0, rel=1e-6)
+
+
+def test_no_burst_leaves_the_queue_to_on_prem() -> None:
+    run = replay("none")
+    assert run.cloud.instances == []
+    assert run.outcome.first_start == [0.0, 1000.0, 2000.0]
+
+
+def test_teams_that_may_not_burst_get_no_instances() -> None:
+    policy = Policy(teams=(Team("ml", may_burst=False),))
+    for burst in ("immediate", "gpufed"):
+        run = replay(burst, policy, burst_after_s=0.0)
+        assert run.cloud.instances == []
+        assert run.outcome.first_start == [0.0, 1000.0, 2000.0]
+
+
+def test_an_idle_instance_serves_only_the_team_it_was_launched_for() -> None:
+    knobs = BurstPolicy(burst_after_s=0.0, idle_ttl_s=1000.0, cooldown_s=0.0)
+    setup = ReplaySetup(one_gpu(), Policy(), catalog(), burst="gpufed", burst_policy=knobs)
+    mixed = [Job("j0", 0.0, 5000.0, "ml", 1, 1), Job("j1", 0.0, 50.0, "ml", 1, 1)]
+    mixed.append(Job("j2", 200.0, 50.0, "web", 1, 1))
+    run = run_replay(mixed, setup)
+    # ml's instance sits idle from 170, but web's job waits for an instance of its own.
+    assert run.outcome.first_start == [0.0, 120.0, 320.0]
+    assert [i.team for i in run.cloud.instances] == ["ml", "web"]
