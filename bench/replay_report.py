@@ -46,7 +46,14 @@ REPO = _HERE.parent
 PHILLY = REPO.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
 MATRIX = ("gpufed/none", "static/none", "fifo/none", "gpufed/immediate", "gpufed/gpufed")
 KEYS = ("utilization", "avg_jct_s", "p99_jct_s", "avg_wait_s", "cloud_cost")
-EXTRA = ("p50_jct_s", "preemptions", "cloud_gpu_hours", "cloud_instances", "replay_seconds")
+EXTRA = (
+    "p50_jct_s",
+    "preemptions",
+    "cloud_gpu_hours",
+    "cloud_instances",
+    "cloud_unused_instances",
+    "replay_seconds",
+)
 
 
 def main() -> int:

@@ -269,6 +269,8 @@ class GpufedBurst(CloudBurst):
         self._schedule_wake(sim, now, result)
 
     def _view(self, instance: Instance) -> CloudInstance:
+        # runs_non_preemptible stays False: it only guards instances the planner would stop,
+        # and those (booting or idle) run nothing.
         state = InstanceState.REQUESTED if instance.joined_at is None else InstanceState.RUNNING
         return CloudInstance(
             id=instance.id,

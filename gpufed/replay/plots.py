@@ -52,7 +52,8 @@ def _utilization(plt: Any, run: ReplayRun, report: dict[str, Any], path: Path, t
     days = [t / _DAY for t in mids]
     ax.plot(days, [100.0 * g / capacity for g in onprem], lw=1, label="on-prem GPUs allocated")
     window = report["window"]
-    ax.axvspan(window["start_s"] / _DAY, window["end_s"] / _DAY, color="0.9", label="window")
+    start, end = window["start_s"] / _DAY, window["end_s"] / _DAY
+    ax.axvspan(start, end, color="0.9", zorder=0, label="steady window")
     ax.set_xlabel("days since the first submission")
     ax.set_ylabel(f"% of {capacity} on-prem GPUs")
     ax.set_ylim(0, 105)

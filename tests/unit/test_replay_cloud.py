@@ -41,7 +41,7 @@ def replay(burst: str, policy: Policy | None = None, **knobs: float) -> ReplayRu
         policy or Policy(),
         catalog(),
         burst=burst,
-        burst_policy=BurstPolicy(**knobs),  # type: ignore[arg-type]
+        burst_policy=BurstPolicy(**knobs),
         boot_s=120.0,
         sim=SimConfig(cycle_s=1.0),
     )
