@@ -95,6 +95,8 @@ class HubService:
         self._hearing_since: float | None = None
         self._last_any_report: float | None = None
         self.instances: dict[str, InstanceEvent] = {}  # latest event per burst instance
+        # Pending workloads whose preemption victims have stopped: they go first next cycle.
+        self._claims: set[str] = set()
         self.demand = DemandReport(sent_at=0.0, seq=0)
         self._demand_published_at = 0.0
         self._trigger = asyncio.Event()
@@ -242,6 +244,7 @@ class HubService:
                 record.finished_at = now
                 record.note(now, "cancelled", "cancelled while queued")
                 del self.workloads[workload_id]
+                self._claims.discard(workload_id)
             elif not record.cancel_requested:
                 record.cancel_requested = True
                 record.note(now, "cancel_requested")
@@ -337,7 +340,7 @@ class HubService:
         async with self._lock:
             now = self.clock()
             pending = [
-                Workload(w.id, w.spec, w.submitted_at)
+                Workload(w.id, w.spec, w.submitted_at, claims_freed=w.id in self._claims)
                 for w in self.workloads.values()
                 if w.phase == Phase.QUEUED
             ]
@@ -395,6 +398,7 @@ class HubService:
         changed: list[WorkloadRecord] = []
         decisions: list[DecisionRecord] = []
         for placement in result.placements:
+            self._claims.discard(placement.workload_id)
             w = self.workloads[placement.workload_id]
             w.epoch += 1
             w.phase = Phase.PLACED
@@ -642,6 +646,7 @@ class HubService:
                         self._ended[record.id] = (before, epoch)
                     if record.phase.terminal:
                         del self.workloads[record.id]
+                        self._claims.discard(record.id)
         await msg.ack()
         self.counters["events"] += 1
         self.trigger()
@@ -665,6 +670,8 @@ class HubService:
         elif event.phase == EventPhase.CANCELLED:
             self._finish(w, Phase.CANCELLED, now, "cancelled", detail)
         elif event.phase == EventPhase.PREEMPTED:
+            if w.preempted_for and w.preempted_for in self.workloads:
+                self._claims.add(w.preempted_for)
             self._requeue(w, now, "preempted", detail)
         elif event.phase == EventPhase.REJECTED or (
             event.phase == EventPhase.FAILED

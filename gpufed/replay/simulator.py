@@ -221,6 +221,10 @@ class Simulator:
 
     def _release(self, i: int, job: Job) -> None:
         running = self.running.pop(job.id)
+        claimant = running.preempted_for
+        if claimant is not None and claimant in self.pending:
+            # As the hub does: the workload the victim stopped for goes first next cycle.
+            self.pending[claimant] = replace(self.pending[claimant], claims_freed=True)
         self.epoch[i] += 1
         cloud = self.cluster.is_cloud(running.spoke_id)
         self.cluster.give_back(running.spoke_id, running.assignments)

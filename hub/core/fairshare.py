@@ -39,9 +39,18 @@ def queue_order(
     now: float,
     share_of: ShareOf,
 ) -> Iterator[tuple[Workload, PriorityClass]]:
-    """Yield workloads in the order they get a go; `share_of` is re-read between yields."""
+    """Yield workloads in the order they get a go; `share_of` is re-read between yields.
+
+    Workloads that claim devices freed for them by preemption go before everything else.
+    """
+    claims = sorted(
+        (e for e in entries if e[0].claims_freed), key=lambda e: (e[0].submitted_at, e[0].id)
+    )
+    yield from claims
     bands: dict[int, dict[str, list[tuple[Workload, PriorityClass]]]] = {}
     for workload, cls in entries:
+        if workload.claims_freed:
+            continue
         band = queue_priority(cls, now - workload.submitted_at, policy)
         bands.setdefault(band, {}).setdefault(workload.spec.team, []).append((workload, cls))
     for band in sorted(bands, reverse=True):

@@ -51,6 +51,9 @@ class Workload:
     id: str
     spec: WorkloadSpec
     submitted_at: float  # seconds; the hub's clock at submission
+    # Its preemption victims have stopped: it goes first, so the devices freed for it reach
+    # it rather than the victims (which would be preempted again, and again).
+    claims_freed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

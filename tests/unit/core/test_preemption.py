@@ -238,3 +238,24 @@ def test_gang_counts_a_partly_free_node_once() -> None:
     )
     result = run(pending("g", team="owner", gpus=4, nodes=2), active=active, policy=policy)
     assert victims(result) == ["v2"]
+
+
+def test_freed_devices_go_to_the_workload_they_were_freed_for() -> None:
+    """Once its victims stopped, the claimant goes before everything, so the victims (older,
+    or of a higher class) do not take the devices back and get preempted again, forever."""
+    from hub.core.model import Node, Snapshot, Spoke, Workload
+    from hub.core.placement import plan
+    from hub.core.policy import Policy
+    from schemas import SpokeKind, WorkloadSpec
+
+    def spec(name: str, klass: str) -> WorkloadSpec:
+        return WorkloadSpec(
+            name=name, team="t", priority_class=klass, command=("x",), gpus_per_node=4
+        )
+
+    node = Node(name="n0", gpu_model="H100", gpu_count=4, free=(0, 1, 2, 3))
+    snapshot = Snapshot(spokes=(Spoke(id="s", region="eu", kind=SpokeKind.ONPREM, nodes=(node,)),))
+    victim = Workload("victim", spec("victim", "training"), submitted_at=0.0)
+    claimant = Workload("claimant", spec("claimant", "batch"), submitted_at=50.0, claims_freed=True)
+    result = plan(snapshot, [victim, claimant], [], Policy(), now=100.0)
+    assert [p.workload_id for p in result.placements] == ["claimant"]
