@@ -100,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 def _up(args: argparse.Namespace) -> int:
     from gpufed.up import run_up
 
+    logs.configure(level="warning")  # the processes log to files; this terminal shows progress
     return run_up(data_dir=args.data_dir, api_port=args.api_port, demo=args.demo)
 
 

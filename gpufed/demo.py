@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
 from gpufed.client import ApiError, HubClient
@@ -66,19 +65,19 @@ def demo_specs() -> list[dict[str, Any]]:
 RELEASE_TIMEOUT_S = 60.0
 
 
-def run_demo(api_url: str, burst_dir: Path | None = None) -> int:
-    """Submit the demo jobs, wait for them, print the summary. 0 only if all succeeded."""
+def run_demo(api_url: str) -> tuple[int, int]:
+    """Submit the demo jobs, wait for them, print the summary: (succeeded, submitted)."""
     client = HubClient(api_url)
     try:
         return _run(client)
     except ApiError as exc:
         print(f"gpufed demo: {exc}")
-        return 1
+        return 0, len(DEMO_JOBS)
     finally:
         client.close()
 
 
-def _run(client: HubClient) -> int:
+def _run(client: HubClient) -> tuple[int, int]:
     specs = demo_specs()
     start = time.monotonic()
     ids = [client.submit(spec)["id"] for spec in specs]
@@ -101,8 +100,7 @@ def _run(client: HubClient) -> int:
     _summary([records.get(i) or client.workload(i) for i in ids])
     _burst_summary(client)
     ok = sum(1 for i in ids if records.get(i, {}).get("phase") == "succeeded")
-    print(f"{ok}/{len(ids)} workloads succeeded")
-    return 0 if ok == len(ids) else 1
+    return ok, len(ids)
 
 
 def _burst_summary(client: HubClient) -> None:

@@ -273,13 +273,15 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
     timings = DEMO_BURST if demo else ("--burst-after", "30", "--idle-ttl", "120")
     fed = Federation(data_dir, api_port, burst_args=timings)
     print(f"gpufed: starting NATS, the hub and {len(fed.fleet)} spokes (logs in {fed.log_dir})")
+    result: tuple[int, int] | None = None
     try:
         fed.start()
         _banner(fed)
         if demo:
             from gpufed.demo import run_demo
 
-            return run_demo(fed.api_url, fed.burst_dir)
+            result = run_demo(fed.api_url)
+            return 0 if result[0] == result[1] else 1
         print("Ctrl-C stops everything; a piece that dies is started again.")
         while True:
             for what in fed.supervise():
@@ -293,6 +295,8 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
         return 1
     finally:
         fed.stop()
+        if result is not None:  # the demo's verdict is the last line, after everything stopped
+            print(f"{result[0]}/{result[1]} workloads succeeded", flush=True)
 
 
 def _banner(fed: Federation) -> None:
