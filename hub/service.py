@@ -316,7 +316,8 @@ class HubService:
                     continue
                 detail = f"spoke {spoke.id} silent for {now - spoke.last_seen:.0f}s"
                 before, epoch = _as_running(w), w.epoch
-                self._restart_or_fail(w, now, "spoke_lost", detail)
+                on_failure = w.spec.restart_policy == RestartPolicy.ON_FAILURE
+                self._retry_or_fail(w, now, "spoke_lost", detail, retry=on_failure, new_epoch=True)
                 if before is not None:
                     self._ended[w.id] = (before, epoch)
                 changed.append(w)
@@ -327,11 +328,22 @@ class HubService:
         self.counters["spokes_lost"] += 1
         self.trigger()
 
-    def _restart_or_fail(self, w: WorkloadRecord, now: float, event: str, detail: str) -> None:
-        """Requeue under a new epoch where the restart policy allows it, else fail."""
-        if w.spec.restart_policy == RestartPolicy.ON_FAILURE and w.restarts < w.spec.max_restarts:
+    def _retry_or_fail(
+        self,
+        w: WorkloadRecord,
+        now: float,
+        event: str,
+        detail: str,
+        *,
+        retry: bool,
+        new_epoch: bool = False,
+    ) -> None:
+        """Requeue (counting a restart) where `retry` allows it and restarts remain, else fail."""
+        if retry and w.restarts < w.spec.max_restarts:
             w.restarts += 1
-            self._requeue(w, now, event, detail, new_epoch=True)
+            self._requeue(w, now, event, detail, new_epoch=new_epoch)
+        elif retry:
+            self._finish(w, Phase.FAILED, now, event, f"{detail} (restarts exhausted)")
         else:
             self._finish(w, Phase.FAILED, now, event, detail)
 
@@ -379,6 +391,8 @@ class HubService:
         return build_snapshot(self.reports, active, accepting, self._ended.values())
 
     def _forget_reported_ends(self) -> None:
+        if not self._ended:
+            return  # the common case: no report to index on every cycle
         listed = {
             sid: {(r.workload_id, r.epoch) for r in report.running}
             for sid, report in self.reports.items()
@@ -673,19 +687,12 @@ class HubService:
             if w.preempted_for and w.preempted_for in self.workloads:
                 self._claims.add(w.preempted_for)
             self._requeue(w, now, "preempted", detail)
-        elif event.phase == EventPhase.REJECTED or (
-            event.phase == EventPhase.FAILED
-            and w.spec.restart_policy == RestartPolicy.ON_FAILURE
-            and not w.cancel_requested
-        ):
-            kind = "rejected" if event.phase == EventPhase.REJECTED else "failed"
-            if w.restarts >= w.spec.max_restarts:
-                self._finish(w, Phase.FAILED, now, kind, f"{detail} (restarts exhausted)")
-            else:
-                w.restarts += 1
-                self._requeue(w, now, kind, detail)
+        elif event.phase == EventPhase.REJECTED:
+            self._retry_or_fail(w, now, "rejected", detail, retry=True)
         else:
-            self._finish(w, Phase.FAILED, now, "failed", detail)
+            on_failure = w.spec.restart_policy == RestartPolicy.ON_FAILURE
+            retry = on_failure and not w.cancel_requested
+            self._retry_or_fail(w, now, "failed", detail, retry=retry)
         return True
 
     def _finish(self, w: WorkloadRecord, phase: Phase, now: float, event: str, detail: str) -> None:

@@ -45,7 +45,7 @@ class NvmlInventory:
             )
         return NodeInventory(
             name=self.node_name,
-            gpu_model=model_name(names[0]),
+            gpu_model=short_model(names[0]),
             gpu_count=count,
             labels={
                 "nvidia.com/gpu.product": names[0].replace(" ", "-"),
@@ -53,11 +53,6 @@ class NvmlInventory:
                 "nvidia.com/driver": driver,
             },
         )
-
-
-def model_name(product: str) -> str:
-    """'NVIDIA H200' -> 'H200', 'NVIDIA A100-SXM4-80GB' -> 'A100', 'Tesla T4' -> 'T4'."""
-    return short_model(product)
 
 
 def _text(value: Any) -> str:

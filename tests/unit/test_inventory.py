@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from spoke.errors import PermanentSpokeError
-from spoke.inventory.nvml import NvmlInventory, model_name
+from spoke.inventory.models import short_model
+from spoke.inventory.nvml import NvmlInventory
 from spoke.inventory.static import StaticInventory
 
 
@@ -69,4 +70,4 @@ def test_nvml_without_gpus_fails_with_a_clear_message() -> None:
     ],
 )
 def test_model_names_from_nvml_products(product: str, model: str) -> None:
-    assert model_name(product) == model
+    assert short_model(product) == model
