@@ -25,7 +25,11 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 demo: $(BASE_STAMP)
 	$(BIN)/gpufed up --demo
 
+# Debian packages some tests run for real; installed when root with apt, else those tests skip.
+SYSTEM_PACKAGES := prometheus chromium fonts-liberation slurm-wlm munge
+
 test: $(DEV_STAMP)
+	@sh tools/system-packages.sh $(SYSTEM_PACKAGES)
 	$(BIN)/pytest -q
 
 lint: $(DEV_STAMP)
