@@ -387,7 +387,7 @@ class BurstController:
                 market=launch.market.value,
                 kind=kind,
                 retryable=exc.retryable,
-                code=exc.code,
+                provider_code=exc.provider_code,
                 error=exc.message,
             )
             reason = f"{kind}: {exc.message}"

@@ -1,18 +1,14 @@
-"""Errors of the hub, split by what the caller should do."""
+"""Errors of the hub, split by what the caller should do (the shape is `schemas.errors`)."""
 
 from __future__ import annotations
 
+from schemas.errors import GpufedError
 
-class HubError(Exception):
+
+class HubError(GpufedError):
     """Root of the hub's errors. `code` is stable; the message is for people."""
 
     code = "hub_error"
-    retryable = False
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 class InvalidWorkload(HubError):

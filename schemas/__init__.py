@@ -13,10 +13,10 @@ from schemas.commands import (
     parse_command,
 )
 from schemas.common import SCHEMA_VERSION, WireModel
+from schemas.errors import ErrorReply, GpufedError
 from schemas.events import EventPhase, WorkloadEvent
 from schemas.sync import SyncReply, SyncRequest
 from schemas.workloads import (
-    ErrorReply,
     Phase,
     RestartPolicy,
     SubmitReply,
@@ -31,6 +31,7 @@ __all__ = [
     "Command",
     "ErrorReply",
     "EventPhase",
+    "GpufedError",
     "NodeCapacity",
     "Phase",
     "PlaceCommand",

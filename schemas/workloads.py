@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from schemas.common import DnsLabel, Identifier, WireModel
+from schemas.errors import ErrorReply
 
 MAX_COMMAND_ITEMS = 256
 MAX_COMMAND_BYTES = 64 * 1024
@@ -148,14 +149,6 @@ class WorkloadSpec(WireModel):
         if self.gpu_fraction is not None:
             return self.gpu_fraction
         return float(self.gpus_per_node * self.nodes)
-
-
-class ErrorReply(WireModel):
-    """A refusal a person can act on: a stable `code`, a message, and the field at fault."""
-
-    code: str
-    message: str
-    field: str | None = None
 
 
 class SubmitReply(WireModel):

@@ -167,7 +167,7 @@ class AwsProvider:
                     burst_id=request.burst_id,
                     instance_type=request.instance_type,
                     subnet=subnet,
-                    code=exc.code,
+                    provider_code=exc.provider_code,
                 )
                 failure = exc
                 continue
@@ -329,7 +329,7 @@ class AwsProvider:
         try:
             await self._call(None, "terminate_instances", InstanceIds=ids)
         except PermanentBurstError as exc:
-            if not exc.code.startswith("InvalidInstanceID"):
+            if not exc.provider_code.startswith("InvalidInstanceID"):
                 raise
             # Gone between describe and terminate: what we wanted. Retry one by one so a
             # single vanished id does not keep the others running.
@@ -337,7 +337,7 @@ class AwsProvider:
                 try:
                     await self._call(None, "terminate_instances", InstanceIds=[instance_id])
                 except PermanentBurstError as inner:
-                    if not inner.code.startswith("InvalidInstanceID"):
+                    if not inner.provider_code.startswith("InvalidInstanceID"):
                         raise
         log.info("burst_instances_terminated", instance_ids=ids, region=self._region)
 

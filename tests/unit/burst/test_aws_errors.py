@@ -51,7 +51,7 @@ def test_codes_map_to_what_the_caller_should_do(
     error = translate_error(client_error(code, status), OFFER)
     assert type(error) is kind
     assert error.retryable is retryable
-    assert error.code == code
+    assert error.provider_code == code
     assert code in str(error)
 
 
