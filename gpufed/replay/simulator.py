@@ -2,7 +2,8 @@
 
 Jobs arrive at their submit time and wait as `Workload`s; a scheduling cycle hands the fleet
 (`Cluster.snapshot()`), the queue and the running work to the scheduler (gpufed's `plan()` or a
-baseline) and applies the `Plan` the way the hub does:
+baseline) and applies the `Plan` the way the hub does, moving each job through the hub's own
+lifecycle (`hub.core.lifecycle`: every placement an attempt under a new epoch):
 
 - a placement takes the devices at once (the simulated spoke starts the job) and the job ends
   after its remaining work;
@@ -29,6 +30,8 @@ from typing import Protocol
 
 from gpufed.replay.cluster import Cluster
 from gpufed.replay.traces import Job
+from hub.core import lifecycle
+from hub.core.lifecycle import EndReason, Lifecycle, RetryRules
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from schemas import SpokeKind, WorkloadSpec
 
@@ -36,6 +39,8 @@ from schemas import SpokeKind, WorkloadSpec
 Scheduler = Callable[[Snapshot, Collection[Workload], Collection[RunningWorkload], float], Plan]
 
 _EMPTY = Plan()
+#: Replayed jobs neither fail nor get cancelled; a preempted one is requeued (free of restarts).
+_RULES = RetryRules()
 _END, _STOP, _BURST = 0, 1, 2
 
 
@@ -128,7 +133,7 @@ class Simulator:
         self.index = {job.id: i for i, job in enumerate(jobs)}
         self.workloads = _workloads(jobs)
         self.remaining = [job.duration for job in jobs]
-        self.epoch = [0] * n
+        self.lifecycles = [Lifecycle()] * n
         self.started = [0.0] * n  # start of the current stretch
         self.pending: dict[str, Workload] = {}
         self.running: dict[str, RunningWorkload] = {}
@@ -197,10 +202,10 @@ class Simulator:
         self.changed()
 
     def _end(self, i: int, epoch: object) -> None:
-        if epoch != self.epoch[i]:
+        if not self._live(i, epoch):
             return  # stopped (preempted) before it could finish
         job = self.jobs[i]
-        self._release(i, job)
+        self._release(i, job, EndReason.SUCCEEDED)
         self.outcome.end[i] = self.now
         self.done += 1
         if self.progress is not None and self.done >= self._next_report:
@@ -208,10 +213,10 @@ class Simulator:
         self.changed()
 
     def _stop(self, i: int, epoch: object) -> None:
-        if epoch != self.epoch[i]:
+        if not self._live(i, epoch):
             return  # it finished during its grace period
         job = self.jobs[i]
-        self._release(i, job)
+        self._release(i, job, EndReason.PREEMPTED)
         if self.config.on_preempt == "resume":
             self.remaining[i] -= self.now - self.started[i]
         else:
@@ -219,13 +224,18 @@ class Simulator:
         self.pending[job.id] = self.workloads[i]
         self.changed()
 
-    def _release(self, i: int, job: Job) -> None:
+    def _live(self, i: int, epoch: object) -> bool:
+        live = self.lifecycles[i].live
+        return live is not None and live.epoch == epoch
+
+    def _release(self, i: int, job: Job, reason: EndReason) -> None:
         running = self.running.pop(job.id)
-        claimant = running.preempted_for
+        lc = self.lifecycles[i]
+        lc = self.lifecycles[i] = lifecycle.end(lc, lc.epoch, reason, self.now, _RULES)
+        claimant = lifecycle.freed_for(lc.attempts[-1])
         if claimant is not None and claimant in self.pending:
             # As the hub does: the workload the victim stopped for goes first next cycle.
             self.pending[claimant] = replace(self.pending[claimant], claims_freed=True)
-        self.epoch[i] += 1
         cloud = self.cluster.is_cloud(running.spoke_id)
         self.cluster.give_back(running.spoke_id, running.assignments)
         self.outcome.segments.append((self.started[i], self.now, i, cloud))
@@ -256,13 +266,16 @@ class Simulator:
             workload = self.pending.pop(placement.workload_id)
             i = index[workload.id]
             cluster.take(placement.spoke_id, placement.assignments)
+            # The simulated spoke starts it at once.
+            lc = lifecycle.place(self.lifecycles[i], placement.spoke_id, placement.assignments, now)
+            lc = self.lifecycles[i] = lifecycle.start(lc, lc.epoch, now)
             self.running[workload.id] = RunningWorkload(
                 workload.id, workload.spec, placement.spoke_id, placement.assignments, now
             )
             if self.outcome.first_start[i] is None:
                 self.outcome.first_start[i] = now
             self.started[i] = now
-            self._push(now + self.remaining[i], _END, i, self.epoch[i])
+            self._push(now + self.remaining[i], _END, i, lc.epoch)
             if cluster.is_cloud(placement.spoke_id):
                 if self.burst is not None:
                     load = cluster.spokes[placement.spoke_id].workloads
@@ -278,7 +291,10 @@ class Simulator:
             )
             self.outcome.preemptions += 1
             i = index[victim.id]
-            self._push(now + self.config.preempt_grace_s, _STOP, i, self.epoch[i])
+            lc = self.lifecycles[i]
+            for_workload = preemption.for_workload or None
+            lc = self.lifecycles[i] = lifecycle.mark_preempting(lc, lc.epoch, for_workload)
+            self._push(now + self.config.preempt_grace_s, _STOP, i, lc.epoch)
         reasons = self.reasons
         for unplaced in result.unplaced:
             reasons[unplaced.workload_id] = unplaced.reason
