@@ -19,11 +19,11 @@ from hub.errors import (
     NotFound,
     Unavailable,
 )
+from hub.handlers import validation_error
 from hub.policyfile import policy_to_dict
 from hub.records import WorkloadRecord
-from hub.service import HubService, validation_error
-from hub.usage import team_usage
-from schemas import Phase, WorkloadSpec
+from hub.service import HubService
+from schemas import ErrorReply, Phase, WorkloadSpec
 
 log = structlog.get_logger(__name__)
 
@@ -43,13 +43,12 @@ def create_app(hub: HubService) -> FastAPI:
 
     @app.exception_handler(HubError)
     async def _hub_error(_request: Request, exc: HubError) -> JSONResponse:
-        status = _STATUS.get(type(exc), 400)
-        return _error(status, exc.code, exc.message, exc.field)
+        return _error(_STATUS.get(type(exc), 400), exc.reply())
 
     @app.exception_handler(Exception)
     async def _internal(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("api_failed", error=str(exc))
-        return _error(500, "internal", "the hub failed; see its log")
+        return _error(500, ErrorReply(code="internal", message="the hub failed; see its log"))
 
     @app.post("/v1/workloads", status_code=201)
     async def submit(request: Request) -> Any:
@@ -57,12 +56,11 @@ def create_app(hub: HubService) -> FastAPI:
         try:
             data = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, "invalid_json", f"body is not JSON: {exc}")
+            return _error(400, ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}"))
         try:
             spec = WorkloadSpec.model_validate(data)
         except ValidationError as exc:
-            err = validation_error(exc)
-            return _error(422, err.code, err.message, err.field)
+            return _error(422, validation_error(exc))
         record = await hub.submit(spec)
         return JSONResponse(status_code=201, content=_workload_json(record))
 
@@ -81,15 +79,12 @@ def create_app(hub: HubService) -> FastAPI:
                 raise InvalidWorkload(
                     f"unknown phase {name!r} (known: {known})", field="phase"
                 ) from None
-        records = await hub.db(hub.store.find, team=team, phases=phases, limit=max(1, limit))
+        records = await hub.find_workloads(team=team, phases=phases, limit=limit)
         return [_workload_json(r) for r in records]
 
     @app.get("/v1/workloads/{workload_id}")
     async def get_workload(workload_id: str) -> Any:
-        record = hub.workloads.get(workload_id) or await hub.db(hub.store.get, workload_id)
-        if record is None:
-            raise NotFound(f"no workload {workload_id}")
-        return _workload_json(record)
+        return _workload_json(await hub.get_workload(workload_id))
 
     @app.delete("/v1/workloads/{workload_id}", status_code=202)
     async def cancel(workload_id: str) -> Any:
@@ -102,8 +97,7 @@ def create_app(hub: HubService) -> FastAPI:
 
     @app.get("/v1/usage")
     async def usage(since: float = 0.0) -> Any:
-        records = await hub.db(hub.store.find, limit=1_000_000)
-        return team_usage(records, hub.spokes, hub.instances.values(), hub.clock(), since)
+        return await hub.usage(since)
 
     @app.get("/v1/burst/instances")
     async def burst_instances() -> Any:
@@ -121,27 +115,21 @@ def create_app(hub: HubService) -> FastAPI:
         try:
             data = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, "invalid_json", f"body is not JSON: {exc}")
+            return _error(400, ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}"))
         if not isinstance(data, dict):
             raise InvalidPolicy("the policy must be a JSON object")
         return policy_to_dict(await hub.set_policy(data))
 
     @app.get("/v1/health")
     async def health() -> Any:
-        return {
-            "ok": hub.ready.is_set(),
-            "workloads_active": len(hub.workloads),
-            "spokes": len(hub.spokes),
-            "counters": dict(hub.counters),
-        }
+        return hub.health()
 
     return app
 
 
-def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
-    return JSONResponse(
-        status_code=status, content={"code": code, "message": message, "field": field}
-    )
+def _error(status: int, error: ErrorReply) -> JSONResponse:
+    body = error.model_dump(mode="json", exclude={"schema_version"})
+    return JSONResponse(status_code=status, content=body)
 
 
 def _workload_json(record: WorkloadRecord) -> dict[str, Any]:
@@ -161,12 +149,6 @@ def _spoke_json(hub: HubService, spoke_id: str, now: float) -> dict[str, Any]:
     spoke = hub.spokes[spoke_id]
     report = spoke.report
     age = now - spoke.last_seen
-    if age < hub.settings.suspect_after_s:
-        status = "ready"
-    elif age < hub.settings.lost_after_s:
-        status = "suspect"
-    else:
-        status = "lost"
     gpus: dict[str, dict[str, float]] = {}
     for node in report.nodes if report else ():
         entry = gpus.setdefault(node.gpu_model, {"total": 0, "free": 0})
@@ -177,7 +159,7 @@ def _spoke_json(hub: HubService, spoke_id: str, now: float) -> dict[str, Any]:
         "id": spoke.id,
         "region": spoke.region,
         "kind": spoke.kind,
-        "status": status,
+        "status": hub.spoke_status(spoke, now).value,
         "last_seen_s_ago": round(age, 1),
         "nodes": len(report.nodes) if report else 0,
         "gpus": gpus,

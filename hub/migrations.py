@@ -321,6 +321,134 @@ def _v4_settings(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v5_attempts(conn: Connection) -> None:
+    """attempts: every placement of every workload, backfilled from the workloads' JSON."""
+    metadata = MetaData()
+    attempts = Table(
+        "attempts",
+        metadata,
+        Column("workload_id", String, primary_key=True),
+        Column("epoch", Integer, primary_key=True, autoincrement=False),
+        Column("spoke_id", String, nullable=False),
+        Column("placed_at", Float, nullable=False),
+        Column("ended_at", Float, nullable=True),
+        Column("end_reason", String, nullable=True),
+        Column("data", String, nullable=False),
+    )
+    attempts.create(conn)
+    Index("ix_attempts_spoke_id", attempts.c.spoke_id).create(conn)
+    workloads = Table("workloads", metadata, Column("id", String), Column("data", String))
+    last_id = ""
+    filled = 0
+    while True:
+        rows = conn.execute(
+            select(workloads.c.id, workloads.c.data)
+            .where(workloads.c.id > last_id)
+            .order_by(workloads.c.id)
+            .limit(BACKFILL_BATCH)
+        ).all()
+        if not rows:
+            break
+        batch = [
+            {"workload_id": row_id, **attempt}
+            for row_id, data in rows
+            for attempt in _attempts_in(data)
+        ]
+        if batch:
+            conn.execute(attempts.insert(), batch)
+            filled += len(batch)
+        last_id = rows[-1][0]
+    log.info("schema_backfilled", table="attempts", rows=filled)
+
+
+#: History events that ended an attempt (the free strings of the code before attempts).
+_ENDS = frozenset(
+    {"succeeded", "failed", "cancelled", "preempted", "rejected", "spoke_lost", "lost_on_spoke"}
+)
+
+
+def _attempts_in(data: str) -> list[dict[str, Any]]:
+    """The attempts a workload record written before v5 went through, from its history.
+
+    Every `placed` entry opened one (its epoch and spoke), `running` started it, an end event
+    of the same epoch ended it. The current attempt's devices and command sequence come from the
+    record; earlier ones kept no devices. A fence epoch past every placement (a workload
+    requeued after its spoke was lost) becomes an ended attempt, so epochs keep growing.
+    """
+    try:
+        record: Any = json.loads(data)
+    except ValueError:
+        return []
+    if not isinstance(record, dict):
+        return []
+    found: dict[int, dict[str, Any]] = {}
+    for entry in record.get("history") or ():
+        epoch, event, at = entry.get("epoch", 0), entry.get("event"), entry.get("at", 0.0)
+        if event == "placed" and entry.get("spoke_id"):
+            found[epoch] = _attempt(epoch, entry["spoke_id"], at)
+        elif epoch in found and event == "running":
+            found[epoch]["started_at"] = at
+        elif epoch in found and event in _ENDS and found[epoch]["ended_at"] is None:
+            found[epoch].update(ended_at=at, end_reason=event)
+    epoch = record.get("epoch", 0)
+    live = record.get("phase") in ("placed", "running")
+    if epoch > max(found, default=0):
+        placed_at = record.get("placed_at") or record.get("submitted_at") or 0.0
+        found[epoch] = _attempt(epoch, record.get("spoke_id") or "", placed_at)
+        if not live:
+            found[epoch].update(
+                ended_at=record.get("finished_at") or placed_at, end_reason=_end_of(record)
+            )
+    current = found.get(epoch)
+    if current is not None and live:
+        current["started_at"] = record.get("started_at")
+        current["ended_at"] = current["end_reason"] = None
+    if current is not None and current["spoke_id"] == record.get("spoke_id"):
+        current["assignments"] = record.get("assignments") or []
+        current["exit_code"] = record.get("exit_code")
+        current["preempting"] = bool(record.get("preempting"))
+        current["preempted_for"] = record.get("preempted_for")
+        current["command_seq"] = record.get("command_seq")
+    return [
+        {
+            "epoch": a["epoch"],
+            "spoke_id": a["spoke_id"],
+            "placed_at": a["placed_at"],
+            "ended_at": a["ended_at"],
+            "end_reason": a["end_reason"],
+            "data": json.dumps(a),
+        }
+        for _, a in sorted(found.items())
+    ]
+
+
+def _end_of(record: dict[str, Any]) -> str:
+    # Queued with an epoch past its placements: requeued after its spoke was lost.
+    phase, reason = record.get("phase"), record.get("reason")
+    if phase in ("failed", "cancelled") and reason in _ENDS:
+        return str(reason)
+    return {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}.get(
+        str(phase), "spoke_lost"
+    )
+
+
+def _attempt(epoch: int, spoke_id: str, placed_at: float) -> dict[str, Any]:
+    # hub.core.lifecycle.Attempt as JSON, spelled out: this migration must not change with it.
+    return {
+        "epoch": epoch,
+        "spoke_id": spoke_id,
+        "assignments": [],
+        "placed_at": placed_at,
+        "started_at": None,
+        "ended_at": None,
+        "end_reason": None,
+        "exit_code": None,
+        "preempting": False,
+        "preempted_for": None,
+        "command_seq": None,
+    }
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "workloads, decisions and spokes", _v1_tables),
     Migration(
@@ -330,5 +458,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(3, "burst_instances", _v3_burst_instances),
     Migration(4, "hub_settings", _v4_settings),
+    Migration(5, "attempts (backfilled from workload history)", _v5_attempts),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
-from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
+from hub.core.lifecycle import Attempt, Lifecycle, RetryRules
+from schemas import Assignment, CapacityReport, Phase, RestartPolicy, WorkloadSpec
 
 
 class HistoryEntry(BaseModel):
@@ -18,27 +19,104 @@ class HistoryEntry(BaseModel):
 
 
 class WorkloadRecord(BaseModel):
-    """A workload as the hub tracks it."""
+    """A workload as the hub tracks it: its lifecycle (`hub.core.lifecycle`) and what it is for.
+
+    `attempts` keeps every placement (the store keeps them in their own table); the fields of
+    the current attempt (`epoch`, `spoke_id`, `assignments`, `placed_at`, ...) are read from it:
+    the live attempt's, or the last one's once the workload ended, or none while it is queued.
+    """
 
     id: str
     spec: WorkloadSpec
     phase: Phase = Phase.QUEUED
-    epoch: int = 0
-    spoke_id: str | None = None
-    assignments: tuple[Assignment, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
     submitted_at: float
-    placed_at: float | None = None
-    started_at: float | None = None
     finished_at: float | None = None
-    exit_code: int | None = None
     reason: str = ""
     message: str = ""
     restarts: int = 0
     cancel_requested: bool = False
-    preempting: bool = False
-    preempted_for: str | None = None  # the pending workload it is being stopped for
-    command_seq: int | None = None  # command stream sequence of the current Place
     history: list[HistoryEntry] = Field(default_factory=list)
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """Its place in the lifecycle, as the core moves it."""
+        return Lifecycle(self.phase, self.attempts, self.restarts)
+
+    @lifecycle.setter
+    def lifecycle(self, lc: Lifecycle) -> None:
+        self.phase, self.attempts, self.restarts = lc.phase, lc.attempts, lc.restarts
+
+    @property
+    def retry_rules(self) -> RetryRules:
+        """What its spec and the user allow when an attempt ends."""
+        return RetryRules(
+            on_failure=self.spec.restart_policy == RestartPolicy.ON_FAILURE,
+            max_restarts=self.spec.max_restarts,
+            cancel_requested=self.cancel_requested,
+        )
+
+    @property
+    def current(self) -> Attempt | None:
+        """The live attempt; the last one once ended; None while queued."""
+        if not self.attempts or self.phase == Phase.QUEUED:
+            return None
+        return self.attempts[-1]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def epoch(self) -> int:
+        """The latest attempt's epoch: commands and events of any other are ignored."""
+        return self.attempts[-1].epoch if self.attempts else 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def spoke_id(self) -> str | None:
+        return self.current.spoke_id if self.current else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def assignments(self) -> tuple[Assignment, ...]:
+        return self.current.assignments if self.current else ()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def placed_at(self) -> float | None:
+        return self.current.placed_at if self.current else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def started_at(self) -> float | None:
+        return self.current.started_at if self.current else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code of the latest attempt that reported one."""
+        for attempt in reversed(self.attempts):
+            if attempt.exit_code is not None:
+                return attempt.exit_code
+        return None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def preempting(self) -> bool:
+        live = self.lifecycle.live
+        return live is not None and live.preempting
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def preempted_for(self) -> str | None:
+        """The pending workload its live attempt is being stopped for."""
+        live = self.lifecycle.live
+        return live.preempted_for if live else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def command_seq(self) -> int | None:
+        """Command stream sequence of the live attempt's Place."""
+        live = self.lifecycle.live
+        return live.command_seq if live else None
 
     def note(self, at: float, event: str, detail: str = "") -> None:
         """Append to the history (the API shows it; requeues keep it)."""

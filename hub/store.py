@@ -10,17 +10,20 @@ The tables below describe the latest schema; `hub.migrations` creates and upgrad
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import TypeAdapter
 from sqlalchemy import Engine, Index, LargeBinary, event, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
 
+from hub.core.lifecycle import Attempt
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from schemas import CapacityReport, Phase
@@ -29,6 +32,9 @@ from schemas.burst import InstanceEvent
 log = structlog.get_logger(__name__)
 
 _TERMINAL = [p.value for p in Phase if p.terminal]
+#: Workload ids per query when attempts are read for many workloads (bound parameters).
+_ATTEMPT_BATCH = 500
+_ATTEMPT_ADAPTER: TypeAdapter[Attempt] = TypeAdapter(Attempt)
 
 
 class WorkloadRow(SQLModel, table=True):
@@ -38,6 +44,17 @@ class WorkloadRow(SQLModel, table=True):
     phase: str = Field(index=True)
     submitted_at: float = Field(index=True)
     spoke_id: str | None = Field(default=None, index=True)
+    data: str
+
+
+class AttemptRow(SQLModel, table=True):
+    __tablename__ = "attempts"
+    workload_id: str = Field(primary_key=True)
+    epoch: int = Field(primary_key=True)
+    spoke_id: str = Field(index=True)
+    placed_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None
     data: str
 
 
@@ -111,39 +128,51 @@ class Store:
         workloads: Iterable[WorkloadRecord] = (),
         decisions: Iterable[DecisionRecord] = (),
     ) -> None:
-        """Insert or update workloads and decisions in one transaction (idempotent)."""
-        rows = [
-            {
-                "id": w.id,
-                "team": w.spec.team,
-                "phase": w.phase.value,
-                "submitted_at": w.submitted_at,
-                "spoke_id": w.spoke_id,
-                "data": w.model_dump_json(),
-            }
-            for w in workloads
-        ]
+        """Insert or update workloads (with every attempt) and decisions in one transaction.
+
+        Idempotent: keyed by workload id, (workload id, epoch) and decision id.
+        """
+        rows = []
+        attempt_rows: list[dict[str, Any]] = []
+        for w in workloads:
+            rows.append(
+                {
+                    "id": w.id,
+                    "team": w.spec.team,
+                    "phase": w.phase.value,
+                    "submitted_at": w.submitted_at,
+                    "spoke_id": w.spoke_id,
+                    "data": w.model_dump_json(exclude={"attempts"}),
+                }
+            )
+            attempt_rows.extend(_attempt_row(w.id, a) for a in w.attempts)
         decision_rows = [d.model_dump() for d in decisions]
         # Core upserts, not ORM merges: the hub writes on every submission and event, and a
         # merge costs a SELECT per row before its write.
         with self.engine.begin() as conn:
             if rows:
                 conn.execute(self._upsert(WorkloadRow, "id", rows[0]), rows)
+            if attempt_rows:
+                upsert = self._upsert(AttemptRow, ("workload_id", "epoch"), attempt_rows[0])
+                conn.execute(upsert, attempt_rows)
             if decision_rows:
                 conn.execute(
                     self._upsert(DecisionRow, "decision_id", decision_rows[0]), decision_rows
                 )
 
-    def _upsert(self, model: Any, key: str, sample: dict[str, Any]) -> Any:
+    def _upsert(self, model: Any, key: str | tuple[str, ...], sample: dict[str, Any]) -> Any:
         cache_key = (model, key, tuple(sample))
         cached = self._statements.get(cache_key)
         if cached is not None:
             return cached
+        keys = (key,) if isinstance(key, str) else key
         table = model.__table__
         insert = postgresql_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
         statement = insert(table)
-        columns = {name: statement.excluded[name] for name in sample if name != key}
-        upsert = statement.on_conflict_do_update(index_elements=[table.c[key]], set_=columns)
+        columns = {name: statement.excluded[name] for name in sample if name not in keys}
+        upsert = statement.on_conflict_do_update(
+            index_elements=[table.c[k] for k in keys], set_=columns
+        )
         self._statements[cache_key] = upsert
         return upsert
 
@@ -151,7 +180,7 @@ class Store:
         """The workload with this id, or None if there is none."""
         with Session(self.engine) as session:
             row = session.get(WorkloadRow, workload_id)
-            return None if row is None else WorkloadRecord.model_validate_json(row.data)
+            return None if row is None else self._with_attempts(session, [row])[0]
 
     def active(self) -> list[WorkloadRecord]:
         """Every workload not in a terminal phase, oldest first."""
@@ -161,7 +190,7 @@ class Store:
                 .where(col(WorkloadRow.phase).not_in(_TERMINAL))
                 .order_by(col(WorkloadRow.submitted_at))
             ).all()
-            return [WorkloadRecord.model_validate_json(r.data) for r in rows]
+            return self._with_attempts(session, rows)
 
     def active_on_spoke(self, spoke_id: str) -> list[WorkloadRecord]:
         """Every workload not in a terminal phase whose spoke is `spoke_id`, oldest first.
@@ -175,7 +204,7 @@ class Store:
                 .where(col(WorkloadRow.phase).not_in(_TERMINAL))
                 .order_by(col(WorkloadRow.submitted_at))
             ).all()
-            return [WorkloadRecord.model_validate_json(r.data) for r in rows]
+            return self._with_attempts(session, rows)
 
     def find(
         self,
@@ -192,7 +221,28 @@ class Store:
             if phases:
                 query = query.where(col(WorkloadRow.phase).in_([p.value for p in phases]))
             query = query.order_by(col(WorkloadRow.submitted_at).desc()).limit(limit)
-            return [WorkloadRecord.model_validate_json(r.data) for r in session.exec(query)]
+            return self._with_attempts(session, session.exec(query).all())
+
+    def _with_attempts(self, session: Session, rows: Sequence[WorkloadRow]) -> list[WorkloadRecord]:
+        attempts: dict[str, list[Attempt]] = defaultdict(list)
+        ids = [r.id for r in rows]
+        for start in range(0, len(ids), _ATTEMPT_BATCH):
+            batch = ids[start : start + _ATTEMPT_BATCH]
+            query = (
+                select(AttemptRow)
+                .where(col(AttemptRow.workload_id).in_(batch))
+                .order_by(col(AttemptRow.workload_id), col(AttemptRow.epoch))
+            )
+            for attempt_row in session.exec(query):
+                attempts[attempt_row.workload_id].append(
+                    _ATTEMPT_ADAPTER.validate_json(attempt_row.data)
+                )
+        records = []
+        for row in rows:
+            record = WorkloadRecord.model_validate_json(row.data)
+            record.attempts = tuple(attempts.get(row.id, ()))
+            records.append(record)
+        return records
 
     # --- decisions ---
 
@@ -288,6 +338,18 @@ class Store:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+
+def _attempt_row(workload_id: str, attempt: Attempt) -> dict[str, Any]:
+    return {
+        "workload_id": workload_id,
+        "epoch": attempt.epoch,
+        "spoke_id": attempt.spoke_id,
+        "placed_at": attempt.placed_at,
+        "ended_at": attempt.ended_at,
+        "end_reason": attempt.end_reason.value if attempt.end_reason else None,
+        "data": _ATTEMPT_ADAPTER.dump_json(attempt).decode(),
+    }
 
 
 def _engine(url: str) -> Engine:

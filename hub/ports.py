@@ -1,0 +1,78 @@
+"""The hub's ports: what the service needs from the outside, as small protocols.
+
+`hub.store.Store` (SQLite or PostgreSQL) implements `Store`. Every method blocks and is one
+short transaction: the service calls them off the event loop, one at a time (`HubState.db`),
+and never holds one across a network call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from schemas import Phase
+from schemas.burst import InstanceEvent
+
+
+class Store(Protocol):
+    """Durable state of the hub: the source of truth the in-memory view is rebuilt from."""
+
+    def save(
+        self,
+        workloads: Iterable[WorkloadRecord] = (),
+        decisions: Iterable[DecisionRecord] = (),
+    ) -> None:
+        """Insert or update workloads (with every attempt) and decisions in one transaction.
+
+        Idempotent: keyed by workload id, (workload id, epoch) and decision id. Returns once
+        committed; on error nothing of the batch is written.
+        """
+
+    def get(self, workload_id: str) -> WorkloadRecord | None:
+        """The workload with this id, attempts included; None if there is none."""
+
+    def active(self) -> list[WorkloadRecord]:
+        """Every workload not in a terminal phase, oldest submission first."""
+
+    def find(
+        self,
+        *,
+        team: str | None = None,
+        phases: Sequence[Phase] = (),
+        limit: int = 500,
+    ) -> list[WorkloadRecord]:
+        """Workloads of `team` (any if None) in `phases` (any if empty), newest first.
+
+        At most `limit`; an unknown team or a phase nobody is in gives an empty list.
+        """
+
+    def mark_published(self, decision_ids: Iterable[str]) -> None:
+        """Mark these decisions published. Idempotent; unknown ids are ignored."""
+
+    def unpublished(self) -> list[DecisionRecord]:
+        """Decisions saved but not marked published, oldest first (re-sent at start-up)."""
+
+    def put_setting(self, key: str, value: str, at: float) -> None:
+        """Set the named document `key` (insert or replace; idempotent)."""
+
+    def get_setting(self, key: str) -> str | None:
+        """The document named `key`; None if it was never set."""
+
+    def save_instance(self, event: InstanceEvent) -> None:
+        """Keep `event` as the latest of its burst instance (idempotent: keyed by burst id)."""
+
+    def instances(self) -> list[InstanceEvent]:
+        """The latest event of every burst instance ever recorded, oldest change first."""
+
+    def save_spoke(self, spoke: SpokeRecord) -> None:
+        """Insert or update a spoke (idempotent: keyed by its id)."""
+
+    def spokes(self) -> list[SpokeRecord]:
+        """Every spoke ever saved, by id (an empty list for a new store)."""
+
+    def ping(self) -> None:
+        """Return if the database answers; raise otherwise."""
+
+    def close(self) -> None:
+        """Release connections; the store is not usable afterwards."""

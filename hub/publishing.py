@@ -1,0 +1,91 @@
+"""Commands to the spokes and demand to burst: persisted first, then published.
+
+A decision is saved (unpublished) in the same transaction as the workload change it belongs to,
+published under its derived id (the bus drops a copy it already has), and then marked
+published. What a crash left unpublished is sent again at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+
+import structlog
+
+from bus.client import Bus
+from hub.core import lifecycle
+from hub.core.demand import unplaceable_demand
+from hub.core.model import Plan, Workload
+from hub.ids import decision_id
+from hub.records import DecisionRecord
+from hub.state import HubState
+from schemas import CancelCommand, PlaceCommand, PreemptCommand, burst, subjects
+from schemas.burst import DemandReport
+
+log = structlog.get_logger(__name__)
+
+#: Demand is published when it changes, and at least this often.
+DEMAND_EVERY_S = 2.0
+
+
+def decision(
+    command: PlaceCommand | CancelCommand | PreemptCommand, spoke_id: str, now: float
+) -> DecisionRecord:
+    """The record of a command to `spoke_id`, to save before it is published."""
+    return DecisionRecord(
+        decision_id=command.decision_id,
+        workload_id=command.workload_id,
+        spoke_id=spoke_id,
+        subject=subjects.commands(spoke_id),
+        payload=command.model_dump_json().encode(),
+        created_at=now,
+    )
+
+
+class Publisher:
+    """Sends saved decisions and the demand report on the bus."""
+
+    def __init__(self, state: HubState, bus: Bus) -> None:
+        self.state = state
+        self.bus = bus
+        self.demand = DemandReport(sent_at=0.0, seq=0)
+        self._demand_published_at = 0.0
+
+    async def publish(self, decisions: Sequence[DecisionRecord]) -> None:
+        """Publish saved decisions (each until acked), then mark them published."""
+        if not decisions:
+            return
+        acks = await asyncio.gather(
+            *(self.bus.publish_durable(d.subject, d.payload, d.decision_id) for d in decisions)
+        )
+        for record, ack in zip(decisions, acks, strict=True):
+            w = self.state.workloads.get(record.workload_id)
+            live = w.lifecycle.live if w is not None else None
+            if w is None or live is None:
+                continue
+            if record.decision_id == decision_id(w.id, live.epoch, "place"):
+                w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
+        await self.state.db(self.state.store.mark_published, [d.decision_id for d in decisions])
+        self.state.counters["commands_published"] += len(decisions)
+
+    async def republish_unpublished(self) -> None:
+        """Send again what a crash left unpublished, under the same ids."""
+        decisions = await self.state.db(self.state.store.unpublished)
+        if decisions:
+            log.info("republishing_decisions", count=len(decisions))
+            await self.publish(decisions)
+
+    async def publish_demand(
+        self, result: Plan, pending: Mapping[str, Workload], now: float
+    ) -> None:
+        """Tell burst what no spoke can serve: when it changes, and at least every 2 s."""
+        report = unplaceable_demand(
+            result.unplaced, pending, self.state.policy, now, self.demand.seq + 1
+        )
+        if report.items == self.demand.items and now - self._demand_published_at < DEMAND_EVERY_S:
+            return
+        self.demand = report
+        self._demand_published_at = now
+        with contextlib.suppress(Exception):  # a lost report is replaced by the next one
+            await self.bus.publish(burst.BURST_DEMAND, report.model_dump_json().encode())

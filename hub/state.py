@@ -1,0 +1,66 @@
+"""What the hub holds in memory between messages, shared by its handlers and its cycle.
+
+The store is the source of truth; this is its non-terminal part plus what only lives in memory
+(capacity reports, counters). Every change to it happens under `lock`, and is written through
+with `db` before anything is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from hub.core.model import RunningWorkload
+from hub.core.policy import Policy
+from hub.ports import Store
+from hub.records import SpokeRecord, WorkloadRecord
+from hub.settings import HubSettings
+from schemas import CapacityReport
+from schemas.burst import InstanceEvent
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class HubState:
+    """The hub's in-memory view; one per hub process."""
+
+    settings: HubSettings
+    store: Store
+    clock: Callable[[], float]
+    policy: Policy
+    workloads: dict[str, WorkloadRecord] = field(default_factory=dict)  # non-terminal only
+    reports: dict[str, CapacityReport] = field(default_factory=dict)
+    spokes: dict[str, SpokeRecord] = field(default_factory=dict)
+    instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
+    counters: Counter[str] = field(default_factory=Counter)
+    # Workloads seen ending whose spoke's last report may still list them (see fleet).
+    ended: dict[str, tuple[RunningWorkload, int]] = field(default_factory=dict)
+    # Pending workloads whose preemption victims have stopped: they go first next cycle.
+    claims: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    _db_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+
+    def trigger(self) -> None:
+        """Ask for a scheduling cycle soon (debounced by the cycle loop)."""
+        self.wakeup.set()
+
+    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking store call off the event loop, one at a time."""
+        # One thread at a time: SQLite wants a single writer, and the event loop stays free.
+        return await anyio.to_thread.run_sync(
+            functools.partial(fn, *args, **kwargs), limiter=self._db_limiter
+        )
+
+    def forget(self, workload_id: str) -> None:
+        """Drop a workload that reached a terminal phase from the in-memory view."""
+        self.workloads.pop(workload_id, None)
+        self.claims.discard(workload_id)

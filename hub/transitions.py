@@ -1,0 +1,114 @@
+"""Moving a workload record through its lifecycle, and writing down what happened.
+
+The rules are `hub.core.lifecycle`'s; these functions apply them to a `WorkloadRecord` and add
+the history entries and log lines a person reads. None of them saves or publishes: the caller
+does both, in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+
+from hub.core import lifecycle
+from hub.core.lifecycle import Attempt, EndReason, Verdict
+from hub.core.model import RunningWorkload
+from hub.records import WorkloadRecord
+from schemas import Assignment, Phase
+
+log = structlog.get_logger(__name__)
+
+
+def place(
+    w: WorkloadRecord, spoke_id: str, assignments: tuple[Assignment, ...], now: float
+) -> None:
+    """Open a new attempt on `spoke_id` (the next epoch)."""
+    w.lifecycle = lifecycle.place(w.lifecycle, spoke_id, assignments, now)
+    w.reason = w.message = ""
+    w.note(now, "placed", describe(assignments))
+
+
+def start(w: WorkloadRecord, now: float) -> None:
+    """Its spoke reports the live attempt running."""
+    w.lifecycle = lifecycle.start(w.lifecycle, w.epoch, now)
+    w.note(now, "running")
+
+
+def mark_preempting(w: WorkloadRecord, for_workload: str | None, reason: str, now: float) -> None:
+    """A Preempt goes out for its live attempt."""
+    w.lifecycle = lifecycle.mark_preempting(w.lifecycle, w.epoch, for_workload)
+    w.note(now, "preempting", reason)
+
+
+def end(
+    w: WorkloadRecord,
+    reason: EndReason,
+    now: float,
+    detail: str,
+    exit_code: int | None = None,
+) -> Attempt:
+    """End the live attempt for `reason`: the workload is queued again or finished.
+
+    Returns the ended attempt.
+    """
+    verdict = lifecycle.verdict(reason, w.restarts, w.retry_rules)
+    w.note(now, reason.value, detail)
+    w.lifecycle = lifecycle.end(w.lifecycle, w.epoch, reason, now, w.retry_rules, exit_code)
+    ended = w.attempts[-1]
+    if verdict is Verdict.REQUEUE:
+        w.note(now, "requeued")
+        return ended
+    w.finished_at = now
+    w.reason = "" if w.phase == Phase.SUCCEEDED else reason.value
+    w.message = f"{detail} (restarts exhausted)" if verdict is Verdict.EXHAUSTED else detail
+    if w.phase != reason.phase:
+        w.message = f"{w.message} (cancel requested)".strip()
+    log.info("workload_finished", workload=w.id, phase=w.phase.value, exit_code=exit_code)
+    return ended
+
+
+def cancel_queued(w: WorkloadRecord, now: float) -> None:
+    """Cancel a workload that holds nothing yet."""
+    w.lifecycle = lifecycle.cancel_queued(w.lifecycle)
+    w.finished_at = now
+    w.reason = EndReason.CANCELLED.value
+    w.message = "cancelled while queued"
+    w.note(now, "cancelled", "cancelled while queued")
+
+
+def as_running(w: WorkloadRecord) -> RunningWorkload | None:
+    """The core's view of a workload that holds GPUs; None if it holds none."""
+    live = w.lifecycle.live
+    if live is None:
+        return None
+    return RunningWorkload(
+        id=w.id,
+        spec=w.spec,
+        spoke_id=live.spoke_id,
+        assignments=live.assignments,
+        started_at=live.started_at or live.placed_at,
+        preempting=live.preempting,
+        preempted_for=live.preempted_for,
+    )
+
+
+def running_of(attempt: Attempt, w: WorkloadRecord) -> RunningWorkload:
+    """The core's view of `w` as it was during `attempt` (for devices it may still hold)."""
+    return RunningWorkload(
+        id=w.id,
+        spec=w.spec,
+        spoke_id=attempt.spoke_id,
+        assignments=attempt.assignments,
+        started_at=attempt.started_at or attempt.placed_at,
+        preempting=attempt.preempting,
+        preempted_for=attempt.preempted_for,
+    )
+
+
+def describe(assignments: Sequence[Assignment]) -> str:
+    """`node:devices[@fraction]; ...` for the history."""
+    return "; ".join(
+        f"{a.node}:{','.join(map(str, a.devices))}" + (f"@{a.fraction:g}" if a.fraction else "")
+        for a in assignments
+    )
