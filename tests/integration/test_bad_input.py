@@ -43,6 +43,7 @@ async def test_rest_refuses_bad_workloads_naming_the_field(
     body = response.json()
     assert body["field"] == field
     assert body["code"] == "invalid_workload" and body["message"]
+    assert body["retryable"] is False  # the request must change before it can succeed
     listed = await fed.api.get("/v1/workloads")
     assert listed.json() == []  # nothing was stored
 

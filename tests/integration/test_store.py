@@ -9,6 +9,7 @@ unprivileged `nobody` user (its data dir is a fresh 0700 folder owned by that us
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pwd
 import shutil
@@ -526,6 +527,59 @@ def test_legacy_database_is_adopted_and_upgraded_with_rows_intact(
         assert [s.id for s in store.spokes()] == ["s1"]
     finally:
         store.close()
+
+
+def test_attempts_are_rebuilt_from_the_history_of_records_written_before_them(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the code before attempts wrote it: placed on s1 (epoch 1), s1 was lost (fenced at
+    # epoch 2), placed again on s2 under epoch 3, now running there.
+    history = [
+        {"at": 1.0, "event": "submitted", "epoch": 0},
+        {"at": 2.0, "event": "placed", "epoch": 1, "spoke_id": "s1", "detail": "n0:0"},
+        {"at": 3.0, "event": "running", "epoch": 1, "spoke_id": "s1"},
+        {"at": 9.0, "event": "spoke_lost", "epoch": 1, "spoke_id": "s1", "detail": "silent"},
+        {"at": 9.0, "event": "requeued", "epoch": 2},
+        {"at": 10.0, "event": "placed", "epoch": 3, "spoke_id": "s2", "detail": "n1:1"},
+        {"at": 11.0, "event": "running", "epoch": 3, "spoke_id": "s2"},
+    ]
+    old = workload("w1").model_dump(mode="json", exclude={"attempts"})
+    devices = [{"node": "n1", "devices": [1], "fraction": None, "schema_version": 1}]
+    old.update(
+        phase="running", epoch=3, spoke_id="s2", assignments=devices, placed_at=10.0,
+        started_at=11.0, command_seq=42, restarts=1, history=history,
+    )  # fmt: skip
+    with monkeypatch.context() as before_attempts:
+        before_attempts.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:4])
+        before_attempts.setattr(migrations, "LATEST_VERSION", 4)
+        migrate(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workloads (id, team, phase, submitted_at, spoke_id, data)"
+                " VALUES ('w1', 'vision', 'running', 1.0, 's2', :data)"
+            ),
+            {"data": json.dumps(old)},
+        )
+
+    store = Store(db_url)  # migrates to the latest version
+    try:
+        record = store.get("w1")
+    finally:
+        store.close()
+
+    assert record is not None
+    lost, running = record.attempts
+    assert (lost.epoch, lost.spoke_id, lost.started_at) == (1, "s1", 3.0)
+    assert (lost.ended_at, lost.end_reason) == (9.0, EndReason.SPOKE_LOST)
+    assert (running.epoch, running.spoke_id, running.live, running.command_seq) == (
+        3,
+        "s2",
+        True,
+        42,
+    )
+    assert running.assignments == (Assignment(node="n1", devices=(1,)),)
+    assert (record.epoch, record.spoke_id, record.started_at) == (3, "s2", 11.0)
 
 
 def test_database_newer_than_the_code_is_refused(db_url: str, engine: Engine) -> None:
