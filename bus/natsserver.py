@@ -13,6 +13,8 @@ from types import TracebackType
 
 import structlog
 
+from bus.processes import stop_process
+
 log = structlog.get_logger(__name__)
 
 
@@ -66,6 +68,15 @@ class EmbeddedNats:
         return self._proc is not None and self._proc.poll() is not None
 
     @property
+    def returncode(self) -> int | None:
+        """The exit status once it exited (None while it runs or before it started)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "nats-server.log"
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
@@ -74,7 +85,7 @@ class EmbeddedNats:
         if self._proc is not None and self._proc.poll() is None:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log_file = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115
+        log_file = open(self.log_file, "ab")  # noqa: SIM115
         cmd = [str(find_binary()), "-a", self.host, "-p", str(self.port), "-js"]
         cmd += ["-sd", str(self.data_dir / "jetstream")]
         self._proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file)
@@ -83,8 +94,7 @@ class EmbeddedNats:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise NatsServerError(
-                    f"nats-server exited with {self._proc.returncode}; "
-                    f"see {self.data_dir / 'nats-server.log'}"
+                    f"nats-server exited with {self._proc.returncode}; see {self.log_file}"
                 )
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.2):
@@ -100,12 +110,7 @@ class EmbeddedNats:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout)
         log.info("nats_stopped", url=self.url)
 
     def kill(self) -> None:

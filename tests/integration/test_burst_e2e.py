@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import yaml
 
 from burst.catalog import load_catalog
 from burst.providers.local import STATE_FILE, LocalProvider
+from bus.processes import stop_process
 from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from tests.integration.burst.hub_role import process_gone
@@ -95,13 +95,8 @@ class Burst:
     def stop(self) -> None:
         if self.client is not None:
             self.client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 20)
         state = self.state_dir / STATE_FILE
         if state.exists():  # cloud spokes outlive the controller on purpose: stop them here
             ids = list(json.loads(state.read_text())["instances"])

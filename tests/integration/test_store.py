@@ -46,6 +46,7 @@ from sqlmodel.sql.sqltypes import AutoString
 
 import hub.migrations as migrations
 from bus.natsserver import free_port
+from bus.processes import stop_process
 from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
@@ -149,12 +150,7 @@ class EmbeddedPostgres:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout, signal.SIGINT)
 
     def create_database(self) -> str:
         name = f"t_{uuid.uuid4().hex[:12]}"

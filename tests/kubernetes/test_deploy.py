@@ -18,6 +18,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from bus.processes import stop_process
 from spoke.runtime.kubernetes import DEFAULT_PRIORITY_CLASSES
 
 pytestmark = pytest.mark.kubernetes
@@ -310,8 +311,7 @@ def leaf_eu(tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.02)
         yield f"nats://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_process(process)
 
 
 async def test_leaf_config_confines_a_spoke_to_its_own_subjects(leaf_eu: str) -> None:
