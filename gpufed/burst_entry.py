@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from burst.catalog import Catalog, load_catalog
 from burst.errors import BurstError
-from burst.ports import Provisioner
-from burst.service import BurstController
 from burst.settings import BurstSettings, TeamBudgetSettings
-from bus.client import Bus, BusSettings
 from gpufed import logs
+from gpufed.compose.burst import build_burst, serve_burst
 
 #: argparse dest -> BurstSettings field, for flags whose names differ from the field.
 _RENAMED = {
@@ -128,70 +123,16 @@ def settings_from_args(args: argparse.Namespace) -> BurstSettings:
     return BurstSettings.model_validate(values)
 
 
-def build_provider(settings: BurstSettings, catalog: Catalog) -> Provisioner:
-    """The configured Provisioner (boto3 is imported only for `aws`)."""
-    if settings.provider == "local":
-        from burst.providers.local import LocalProvider
-
-        return LocalProvider(
-            settings.state_dir,
-            settings.spoke_url,
-            catalog,
-            settings.python,
-            settings.spoke_heartbeat_s,
-            stop_grace_s=settings.local_stop_grace_s,
-        )
-    from burst.providers.aws import AwsLaunchConfig, AwsProvider, ec2_client_factory
-
-    if not settings.aws_image_id:
-        raise ValueError("--provider aws needs --aws-image-id")
-    config = AwsLaunchConfig(
-        image_id=settings.aws_image_id,
-        nats_url=settings.spoke_url,
-        subnet_ids=settings.aws_subnet_ids,
-        security_group_ids=settings.aws_security_group_ids,
-        instance_profile=settings.aws_instance_profile,
-        key_name=settings.aws_key_name,
-        root_volume_gib=settings.aws_root_volume_gib,
-        root_device_name=settings.aws_root_device_name,
-        cluster=settings.aws_cluster,
-        package=settings.aws_package,
-    )
-    factory = ec2_client_factory(
-        settings.aws_region, settings.aws_endpoint_url, settings.aws_profile
-    )
-    return AwsProvider(factory, settings.aws_region, config)
-
-
 def run_burst(args: argparse.Namespace) -> int:
-    """The `gpufed burst` handler: configure logs, build the pieces, run until SIGINT/SIGTERM."""
+    """The `gpufed burst` handler: configure logs, build the controller, run until stopped."""
     logs.configure()
     try:
-        settings = settings_from_args(args)
-        catalog = load_catalog(settings.catalog)
-        provider = build_provider(settings, catalog)
+        controller = build_burst(settings_from_args(args))
     except (ValidationError, BurstError, ValueError) as exc:
         print(f"gpufed burst: {exc}", file=sys.stderr)
         return 1
-    asyncio.run(serve(settings, catalog, provider))
+    asyncio.run(serve_burst(controller))
     return 0
-
-
-async def serve(
-    settings: BurstSettings,
-    catalog: Catalog,
-    provider: Provisioner,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Run the controller until SIGINT/SIGTERM (or `stop`)."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    bus = Bus(BusSettings(url=settings.nats_url, name="gpufed-burst"))
-    controller = BurstController(settings, bus, provider, catalog, settings.policy())
-    await controller.run(stop)
 
 
 def main(argv: list[str] | None = None) -> int:

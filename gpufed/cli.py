@@ -105,8 +105,8 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _hub(args: argparse.Namespace) -> int:
+    from gpufed.compose.hub import serve_hub
     from hub.errors import HubError
-    from hub.main import serve
     from hub.settings import HubSettings
 
     logs.configure()
@@ -122,7 +122,7 @@ def _hub(args: argparse.Namespace) -> int:
         admin_token=args.admin_token,
     )
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve_hub(settings))
     except (HubError, OSError) as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
@@ -132,8 +132,8 @@ def _hub(args: argparse.Namespace) -> int:
 def _spoke(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from gpufed.compose.spoke import serve_spoke
     from spoke.errors import SpokeError
-    from spoke.main import serve
     from spoke.settings import SpokeSettings
 
     logs.configure()
@@ -156,7 +156,7 @@ def _spoke(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             kube_context=args.context,
         )
-        asyncio.run(serve(settings))
+        asyncio.run(serve_spoke(settings))
     except (SpokeError, ValidationError, ValueError) as exc:
         print(f"gpufed spoke: {exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,7 @@
-"""An in-process federation over a real nats-server: hub and spokes as tasks of one loop."""
+"""An in-process federation over a real nats-server: hub and spokes as tasks of one loop.
+
+Built by the composition root (gpufed.compose) as `gpufed hub` and `gpufed spoke` are.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +13,17 @@ from typing import Any
 
 import httpx
 
-from bus.client import Bus, BusSettings
-from hub.api import create_app
+from gpufed.compose.hub import build_hub
+from gpufed.compose.spoke import RuntimeFactory, build_spoke
 from hub.core.policy import Policy
 from hub.service import HubService
 from hub.settings import HubSettings
-from hub.store import Store
 from schemas import Phase
 from spoke.agent import SpokeAgent
 from spoke.inventory.static import StaticInventory
 from spoke.ports import NodeInventory
-from spoke.runtime.local import LocalRuntime
 from spoke.settings import SpokeSettings
+from tests.support.wait import wait_until
 
 
 def nodes(prefix: str, count: int, gpus: int, model: str) -> list[NodeInventory]:
@@ -43,17 +45,14 @@ class InProcessFederation:
 
     async def start_hub(self, **overrides: Any) -> HubService:
         settings = HubSettings(nats_url=self.nats_url, data_dir=self.root / "hub", **overrides)
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        store = Store(settings.resolved_store_url())
-        hub = HubService(
-            settings, store, Bus(BusSettings(url=self.nats_url, name="hub")), self.policy
+        hub = build_hub(settings, self.policy, bus_name="hub")
+        self.hub = hub.service
+        self._spawn("hub", hub.service.run)
+        await asyncio.wait_for(hub.service.ready.wait(), 10)
+        self.api = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=hub.app), base_url="http://hub"
         )
-        self.hub = hub
-        self._spawn("hub", hub.run)
-        await asyncio.wait_for(hub.ready.wait(), 10)
-        transport = httpx.ASGITransport(app=create_app(hub))
-        self.api = httpx.AsyncClient(transport=transport, base_url="http://hub")
-        return hub
+        return hub.service
 
     async def start_spoke(
         self,
@@ -62,7 +61,7 @@ class InProcessFederation:
         inventory: list[NodeInventory],
         *,
         heartbeat_s: float = 0.5,
-        runtime: Callable[..., Any] | None = None,
+        runtime: RuntimeFactory | None = None,
     ) -> SpokeAgent:
         settings = SpokeSettings(
             id=spoke_id,
@@ -72,13 +71,7 @@ class InProcessFederation:
             heartbeat_s=heartbeat_s,
             stop_grace_s=2.0,
         )
-        log_dir = settings.workdir / "logs"
-        agent = SpokeAgent(
-            settings,
-            Bus(BusSettings(url=self.nats_url, name=f"spoke-{spoke_id}")),
-            StaticInventory(inventory),
-            runtime or (lambda sink: LocalRuntime(sink, log_dir)),
-        )
+        agent = build_spoke(settings, StaticInventory(inventory), runtime)
         self.spokes[spoke_id] = agent
         self._spawn(spoke_id, agent.run)
         await asyncio.wait_for(agent.ready.wait(), 10)
@@ -86,7 +79,8 @@ class InProcessFederation:
 
     async def wait_spokes(self, count: int, timeout: float = 10) -> None:
         assert self.hub is not None
-        await until(lambda: len(self.hub.reports) >= count, timeout)  # type: ignore[union-attr]
+        hub = self.hub
+        await wait_until(lambda: len(hub.reports) >= count, timeout, f"{count} spokes to report")
 
     async def submit(self, **spec: Any) -> str:
         assert self.api is not None
@@ -104,14 +98,14 @@ class InProcessFederation:
         self, workload_id: str, phases: set[Phase], timeout: float = 20
     ) -> dict[str, Any]:
         wanted = {p.value for p in phases}
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            record = await self.workload(workload_id)
-            if record["phase"] in wanted:
-                return record
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{workload_id} stuck in {record['phase']}: {record}")
-            await asyncio.sleep(0.05)
+        record: dict[str, Any] = {}
+
+        async def reached() -> bool:
+            record.update(await self.workload(workload_id))
+            return record["phase"] in wanted
+
+        await wait_until(reached, timeout, f"{workload_id} to reach {sorted(wanted)}", every=0.05)
+        return record
 
     async def stop(self, name: str) -> None:
         self._stops[name].set()
@@ -133,12 +127,3 @@ class InProcessFederation:
         stop = asyncio.Event()
         self._stops[name] = stop
         self._tasks[name] = asyncio.create_task(run(stop), name=name)
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10, every: float = 0.02) -> None:
-    """Wait until `predicate()` holds; fail the test after `timeout` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(every)

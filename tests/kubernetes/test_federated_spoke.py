@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
+from gpufed.compose.spoke import build_spoke
 from schemas import Phase
-from spoke.agent import SpokeAgent
-from spoke.main import make_inventory, make_runtime_factory
 from spoke.settings import SpokeSettings
 from tests.integration.fed import InProcessFederation
 from tests.kubernetes.conftest import Cluster
@@ -41,12 +39,7 @@ async def test_placed_work_runs_as_a_job_and_its_end_reaches_the_hub(
             state_dir=tmp_path / "spokes",
             heartbeat_s=0.5,
         )
-        agent = SpokeAgent(
-            settings,
-            Bus(BusSettings(url=nats.url, name="k8s-spoke", inbox_prefix="_INBOX_k8s-eu")),
-            make_inventory(settings),
-            make_runtime_factory(settings),
-        )
+        agent = build_spoke(settings)
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop))
         try:

@@ -11,7 +11,7 @@ from burst.catalog import Catalog
 from burst.providers.local import STATE_FILE, LocalProvider
 from burst.service import BurstController
 from burst.settings import BurstSettings
-from bus.client import Bus, BusSettings
+from gpufed.compose.burst import build_burst
 from tests.integration.burst.hub_role import HubRole, process_gone
 
 
@@ -74,8 +74,7 @@ class Harness:
         wait_ready: bool = True,
     ) -> BurstController:
         provider = self.provider(settings, provider_catalog or catalog)
-        bus = Bus(BusSettings(url=settings.nats_url, name="test-burst"))
-        controller = BurstController(settings, bus, provider, catalog, settings.policy())
+        controller = build_burst(settings, catalog, provider, bus_name="test-burst")
         stop = asyncio.Event()
         task = asyncio.create_task(controller.run(stop))
         self._running[id(controller)] = (stop, task)

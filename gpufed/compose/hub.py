@@ -1,17 +1,19 @@
-"""Run the hub: store, bus, service loop and REST API in one process."""
+"""Build and run the hub: store, bus, service loop and REST API in one process."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import signal
+from dataclasses import dataclass
 
 import structlog
 import uvicorn
+from fastapi import FastAPI
 
 from bus.client import Bus, BusSettings
+from gpufed.compose.signals import stop_on_signals
 from hub.api import create_app
+from hub.core.policy import Policy
 from hub.service import HubService
 from hub.settings import HubSettings
 from hub.store import Store
@@ -19,38 +21,52 @@ from hub.store import Store
 log = structlog.get_logger(__name__)
 
 
-async def serve(settings: HubSettings, stop: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM (or `stop`)."""
-    stop = stop or asyncio.Event()
+@dataclass(frozen=True)
+class Hub:
+    """The parts of one hub: the service, its store (closed by the owner) and its REST app."""
+
+    service: HubService
+    store: Store
+    app: FastAPI
+
+
+def build_hub(
+    settings: HubSettings, policy: Policy | None = None, bus_name: str = "gpufed-hub"
+) -> Hub:
+    """A hub from its settings; `policy` (tests) overrides `settings.policy_file`."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(settings.resolved_store_url())
-    bus = Bus(BusSettings(url=settings.nats_url, name="gpufed-hub"))
-    policy_text = settings.policy_file.read_text() if settings.policy_file else None
-    hub = HubService(settings, store, bus, policy_file_text=policy_text)
+    bus = Bus(BusSettings(url=settings.nats_url, name=bus_name))
+    policy_text = settings.policy_file.read_text() if settings.policy_file and not policy else None
+    service = HubService(settings, store, bus, policy, policy_file_text=policy_text)
+    return Hub(service, store, create_app(service))
+
+
+async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) -> None:
+    """Run the hub and its API until SIGINT/SIGTERM (or `stop`)."""
+    stop = stop or asyncio.Event()
+    hub = build_hub(settings)
     # Long-lived objects (policy, records) would be rescanned by every full collection, and
     # such pauses land inside scheduling cycles: move what exists at start out of the GC's way.
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop)
     config = uvicorn.Config(
-        create_app(hub),
+        hub.app,
         host=settings.api_host,
         port=settings.api_port,
         log_level="warning",
         lifespan="off",
     )
     server = uvicorn.Server(config)
-    hub_task = asyncio.create_task(hub.run(stop))
+    hub_task = asyncio.create_task(hub.service.run(stop))
     api_task = asyncio.create_task(server.serve())
     log.info("hub_api", url=f"http://{settings.api_host}:{settings.api_port}")
     done, _ = await asyncio.wait({hub_task, api_task}, return_when=asyncio.FIRST_COMPLETED)
     stop.set()
     server.should_exit = True
     await asyncio.gather(hub_task, api_task, return_exceptions=True)
-    store.close()
+    hub.store.close()
     for task in done:
         if task.exception() is not None:
             raise task.exception()  # type: ignore[misc]

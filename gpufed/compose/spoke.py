@@ -1,25 +1,54 @@
-"""Run a spoke: pick its inventory and runtime from settings, then serve."""
+"""Build and run a spoke: its inventory and runtime picked from settings, then the agent."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from bus.client import Bus, BusSettings
+from gpufed.compose.signals import stop_on_signals
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
 from spoke.ports import EventSink, Inventory, Runtime
 from spoke.settings import SpokeSettings
 
-log = structlog.get_logger(__name__)
+RuntimeFactory = Callable[[EventSink], Runtime]
+
+
+def build_spoke(
+    settings: SpokeSettings,
+    inventory: Inventory | None = None,
+    runtime_factory: RuntimeFactory | None = None,
+) -> SpokeAgent:
+    """A spoke agent; `inventory` and `runtime_factory` (tests) override the settings' choice."""
+    bus = Bus(
+        BusSettings(
+            url=settings.nats_url,
+            name=f"gpufed-spoke-{settings.id}",
+            # Per-spoke NATS users may only subscribe below their own inbox prefix.
+            inbox_prefix=f"_INBOX_{settings.id}",
+            token=settings.nats_token,
+        )
+    )
+    return SpokeAgent(
+        settings,
+        bus,
+        make_inventory(settings) if inventory is None else inventory,
+        make_runtime_factory(settings) if runtime_factory is None else runtime_factory,
+    )
+
+
+async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None) -> None:
+    """Run the spoke until SIGINT/SIGTERM (or `stop`)."""
+    stop = stop or asyncio.Event()
+    _watch_children_with_pidfd(asyncio.get_running_loop())
+    stop_on_signals(stop)
+    await build_spoke(settings).run(stop)
 
 
 def make_inventory(settings: SpokeSettings, api_client: Any = None) -> Inventory:
@@ -44,7 +73,7 @@ def make_inventory(settings: SpokeSettings, api_client: Any = None) -> Inventory
     )
 
 
-def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Any:
+def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> RuntimeFactory:
     """A function building the runtime around the agent's event sink."""
     if settings.runtime == "local":
         from spoke.runtime.local import LocalRuntime
@@ -63,6 +92,12 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Any
     raise PermanentSpokeError(f"unknown runtime {settings.runtime!r}: use local or kubernetes")
 
 
+def _api_client(settings: SpokeSettings) -> Any:
+    from spoke.kube import load_api_client
+
+    return load_api_client(settings.kubeconfig, settings.kube_context)
+
+
 def _watch_children_with_pidfd(loop: asyncio.AbstractEventLoop) -> None:
     # Python 3.11 waits for each child in a thread of its own; a pidfd in the event loop
     # costs far less per workload (3.12 does this by default).
@@ -77,35 +112,3 @@ def _watch_children_with_pidfd(loop: asyncio.AbstractEventLoop) -> None:
         watcher = asyncio.PidfdChildWatcher()
         asyncio.set_child_watcher(watcher)
         watcher.attach_loop(loop)
-
-
-def _api_client(settings: SpokeSettings) -> Any:
-    from spoke.kube import load_api_client
-
-    return load_api_client(settings.kubeconfig, settings.kube_context)
-
-
-async def serve(settings: SpokeSettings, stop: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM (or `stop`)."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    _watch_children_with_pidfd(loop)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    inventory = make_inventory(settings)
-    agent = SpokeAgent(
-        settings,
-        Bus(
-            BusSettings(
-                url=settings.nats_url,
-                name=f"gpufed-spoke-{settings.id}",
-                # Per-spoke NATS users may only subscribe below their own inbox prefix.
-                inbox_prefix=f"_INBOX_{settings.id}",
-                token=settings.nats_token,
-            )
-        ),
-        inventory,
-        make_runtime_factory(settings),
-    )
-    await agent.run(stop)

@@ -1,0 +1,72 @@
+"""Build and run the burst controller with the local or the AWS provider."""
+
+from __future__ import annotations
+
+import asyncio
+
+from burst.catalog import Catalog, load_catalog
+from burst.ports import Provisioner
+from burst.service import BurstController
+from burst.settings import BurstSettings
+from bus.client import Bus, BusSettings
+from gpufed.compose.signals import stop_on_signals
+
+
+def build_burst(
+    settings: BurstSettings,
+    catalog: Catalog | None = None,
+    provider: Provisioner | None = None,
+    bus_name: str = "gpufed-burst",
+) -> BurstController:
+    """A controller; `catalog` defaults to `settings.catalog`, `provider` to `settings.provider`.
+
+    Raises BurstError or ValueError on a bad catalog or provider configuration.
+    """
+    if catalog is None:
+        catalog = load_catalog(settings.catalog)
+    if provider is None:
+        provider = build_provider(settings, catalog)
+    bus = Bus(BusSettings(url=settings.nats_url, name=bus_name))
+    return BurstController(settings, bus, provider, catalog, settings.policy())
+
+
+async def serve_burst(controller: BurstController, stop: asyncio.Event | None = None) -> None:
+    """Run a built controller until SIGINT/SIGTERM (or `stop`)."""
+    stop = stop or asyncio.Event()
+    stop_on_signals(stop)
+    await controller.run(stop)
+
+
+def build_provider(settings: BurstSettings, catalog: Catalog) -> Provisioner:
+    """The configured Provisioner (boto3 is imported only for `aws`)."""
+    if settings.provider == "local":
+        from burst.providers.local import LocalProvider
+
+        return LocalProvider(
+            settings.state_dir,
+            settings.spoke_url,
+            catalog,
+            settings.python,
+            settings.spoke_heartbeat_s,
+            stop_grace_s=settings.local_stop_grace_s,
+        )
+    from burst.providers.aws import AwsLaunchConfig, AwsProvider, ec2_client_factory
+
+    if not settings.aws_image_id:
+        raise ValueError("--provider aws needs --aws-image-id")
+    config = AwsLaunchConfig(
+        image_id=settings.aws_image_id,
+        nats_url=settings.spoke_url,
+        subnet_ids=settings.aws_subnet_ids,
+        security_group_ids=settings.aws_security_group_ids,
+        instance_profile=settings.aws_instance_profile,
+        key_name=settings.aws_key_name,
+        root_volume_gib=settings.aws_root_volume_gib,
+        root_device_name=settings.aws_root_device_name,
+        cluster=settings.aws_cluster,
+        package=settings.aws_package,
+    )
+    factory = ec2_client_factory(
+        settings.aws_region, settings.aws_endpoint_url, settings.aws_profile
+    )
+    return AwsProvider(factory, settings.aws_region, config)
