@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any, Protocol
 
+import httpx
 import pytest
 
 from bus.natsserver import EmbeddedNats
+from gpufed.up import Federation, SimSpoke
 from tests.integration.fed import InProcessFederation
 
 
@@ -27,3 +30,43 @@ async def fed(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[InProc
         yield federation
     finally:
         await federation.close()
+
+
+class MakeFederation(Protocol):
+    """Builds a `gpufed up` federation of real processes with NATS started; stopped after."""
+
+    def __call__(self, fleet: tuple[SimSpoke, ...], **kwargs: Any) -> Federation: ...
+
+
+MakeClient = Callable[[Federation], httpx.AsyncClient]
+
+
+@pytest.fixture
+def make_fed(tmp_path: Path) -> Iterator[MakeFederation]:
+    made: list[Federation] = []
+
+    def make(fleet: tuple[SimSpoke, ...], **kwargs: Any) -> Federation:
+        fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, **kwargs)
+        fed.log_dir.mkdir(parents=True, exist_ok=True)
+        fed.nats.start()
+        made.append(fed)
+        return fed
+
+    yield make
+    for fed in made:
+        fed.stop()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[MakeClient]:
+    """REST clients of a federation's hub, closed after the test."""
+    clients: list[httpx.AsyncClient] = []
+
+    def make(fed: Federation) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(base_url=fed.api_url, timeout=5)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()

@@ -10,7 +10,8 @@ import pytest
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
 from schemas import Phase, SubmitReply, subjects
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ async def test_malformed_messages_are_counted_acked_and_survived(
     await bus.publish(subjects.capacity("eu-9"), json.dumps({"spoke_id": "eu-9"}).encode())
     await bus.publish_durable(subjects.events("eu-9"), b"\x00\x01", "bad-event-1")
     await bus.publish_durable(subjects.events("eu-9"), b'{"phase": "exploded"}', "bad-event-2")
-    await until(lambda: hub.counters["malformed"] == 4)
+    await wait_until(lambda: hub.counters["malformed"] == 4)
     info = await bus.js.consumer_info(subjects.EVENTS_STREAM, subjects.HUB_EVENTS_CONSUMER)
     assert info.num_ack_pending == 0 and info.num_redelivered == 0
     # The hub still works.

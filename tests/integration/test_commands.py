@@ -12,7 +12,8 @@ from nats.aio.msg import Msg
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
 from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, subjects
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +62,8 @@ async def test_same_decision_published_twice_runs_once(
     assert second.duplicate and not first.duplicate  # JetStream dropped the repeat
     # Past JetStream's dedupe window the same decision can arrive under another message id.
     await bus.publish_durable(subject, command, "wdup-e1-place-resent")
-    await until(lambda: sum(e.phase == "succeeded" for e in events) >= 1)
-    await until(lambda: spoke.counters["duplicate"] == 1)
+    await wait_until(lambda: sum(e.phase == "succeeded" for e in events) >= 1)
+    await wait_until(lambda: spoke.counters["duplicate"] == 1)
     await asyncio.sleep(0.3)
     assert (tmp_path / "ran.log").read_text().splitlines() == ["ran"]
     assert [e.phase.value for e in events] == ["running", "succeeded"]
@@ -79,8 +80,8 @@ async def test_older_epoch_is_never_run(
     older = _place(tmp_path, epoch=1, decision="wdup-e1-place")
     await bus.publish_durable(subject, newer.model_dump_json().encode(), newer.decision_id)
     await bus.publish_durable(subject, older.model_dump_json().encode(), older.decision_id)
-    await until(lambda: spoke.counters["stale"] == 1)
-    await until(lambda: (tmp_path / "ran.log").exists())
+    await wait_until(lambda: spoke.counters["stale"] == 1)
+    await wait_until(lambda: (tmp_path / "ran.log").exists())
     await asyncio.sleep(0.3)
     assert (tmp_path / "ran.log").read_text().splitlines() == ["ran"]
     await bus.close()
@@ -94,11 +95,11 @@ async def test_malformed_command_is_acked_and_counted(
     subject = subjects.commands("eu-1")
     await bus.publish_durable(subject, b"{not json", "garbage-1")
     await bus.publish_durable(subject, json.dumps({"kind": "place"}).encode(), "garbage-2")
-    await until(lambda: spoke.counters["malformed"] == 2)
+    await wait_until(lambda: spoke.counters["malformed"] == 2)
     # Still serving: a good command after the bad ones runs.
     good = _place(tmp_path)
     await bus.publish_durable(subject, good.model_dump_json().encode(), good.decision_id)
-    await until(lambda: (tmp_path / "ran.log").exists())
+    await wait_until(lambda: (tmp_path / "ran.log").exists())
     info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, subjects.spoke_consumer("eu-1"))
     assert info.num_redelivered == 0
     await bus.close()
@@ -121,7 +122,7 @@ async def test_assignment_of_a_busy_device_is_rejected(
             assignments=(Assignment(node="eu-1-n0", devices=(1,)),),
         )
         await bus.publish_durable(subject, cmd.model_dump_json().encode(), cmd.decision_id)
-    await until(lambda: any(e.phase == "rejected" for e in events))
+    await wait_until(lambda: any(e.phase == "rejected" for e in events))
     rejected = next(e for e in events if e.phase == "rejected")
     assert rejected.workload_id == "wb"
     assert "device 1 of node eu-1-n0 is in use" in rejected.message

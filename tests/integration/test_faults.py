@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +18,11 @@ import pytest
 from bus.client import Bus, BusSettings
 from gpufed.up import Federation, SimSpoke
 from schemas import SubmitReply, subjects
+from tests.integration.conftest import MakeClient, MakeFederation
 from tests.integration.proxy import CuttableProxy
+from tests.support.api import wait_http, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 def job(log: Path, name: str, secs: float, **extra: Any) -> dict[str, Any]:
@@ -39,37 +36,9 @@ def runs(log: Path) -> list[tuple[str, str]]:
     return [tuple(line.split()) for line in log.read_text().splitlines()]  # type: ignore[misc]
 
 
-@pytest.fixture
-def make_fed(tmp_path: Path) -> Iterator[Any]:
-    made: list[Federation] = []
-
-    def make(fleet: tuple[SimSpoke, ...], **kwargs: Any) -> Federation:
-        fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, **kwargs)
-        (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-        fed.nats.start()
-        made.append(fed)
-        return fed
-
-    yield make
-    for fed in made:
-        fed.stop()
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[Any]:
-    clients: list[httpx.AsyncClient] = []
-
-    def make(fed: Federation) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(base_url=fed.api_url, timeout=5)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
-
-
-async def start_all(make_fed: Any, api: Any, fleet: tuple[SimSpoke, ...]) -> tuple[Any, Any]:
+async def start_all(
+    make_fed: MakeFederation, api: MakeClient, fleet: tuple[SimSpoke, ...]
+) -> tuple[Federation, httpx.AsyncClient]:
     """A federation with every spoke of `fleet` up, and a REST client of its hub."""
     fed: Federation = make_fed(fleet)
     fed.start_hub()
@@ -78,41 +47,6 @@ async def start_all(make_fed: Any, api: Any, fleet: tuple[SimSpoke, ...]) -> tup
     client = api(fed)
     await wait_http(client, {s.id for s in fleet})
     return fed, client
-
-
-async def wait_http(client: httpx.AsyncClient, spokes: set[str], timeout: float = 30) -> None:
-    """Until the hub answers and the given spokes are ready."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            ready = {
-                s["id"] for s in (await client.get("/v1/spokes")).json() if s["status"] == "ready"
-            }
-            if spokes <= ready:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"spokes {spokes} not ready within {timeout}s")
-
-
-async def wait_terminal(
-    client: httpx.AsyncClient, ids: set[str], timeout: float
-) -> dict[str, dict[str, Any]]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    records: dict[str, dict[str, Any]] = {}
-    while True:
-        try:
-            listed = (await client.get("/v1/workloads", params={"limit": 5000})).json()
-            records = {r["id"]: r for r in listed if r["id"] in ids}
-        except httpx.TransportError:
-            pass
-        if len(records) == len(ids) and all(r["phase"] in TERMINAL for r in records.values()):
-            return records
-        if asyncio.get_running_loop().time() > deadline:
-            phases = Counter(r["phase"] for r in records.values())
-            raise AssertionError(f"not all terminal after {timeout}s: {dict(phases)}")
-        await asyncio.sleep(0.25)
 
 
 async def submit_retrying(bus: Bus, spec: dict[str, Any], attempts: int = 200) -> str | None:
@@ -131,7 +65,7 @@ async def submit_retrying(bus: Bus, spec: dict[str, Any], attempts: int = 200) -
 
 
 async def test_hub_killed_mid_run_loses_nothing_and_runs_nothing_twice(
-    make_fed: Any, api: Any, tmp_path: Path
+    make_fed: MakeFederation, api: MakeClient, tmp_path: Path
 ) -> None:
     fleet = (
         SimSpoke("eu-1", "eu", nodes=2, gpus=8, model="H100"),
@@ -167,7 +101,7 @@ async def test_hub_killed_mid_run_loses_nothing_and_runs_nothing_twice(
 
 
 async def test_dead_spoke_work_reruns_elsewhere_once_and_is_not_resumed(
-    make_fed: Any, api: Any, tmp_path: Path
+    make_fed: MakeFederation, api: MakeClient, tmp_path: Path
 ) -> None:
     fleet = (
         SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),
@@ -209,7 +143,9 @@ async def test_dead_spoke_work_reruns_elsewhere_once_and_is_not_resumed(
     assert {final[w]["phase"] for w in ids} == {"succeeded"}
 
 
-async def test_nats_restart_mid_run_loses_nothing(make_fed: Any, api: Any, tmp_path: Path) -> None:
+async def test_nats_restart_mid_run_loses_nothing(
+    make_fed: MakeFederation, api: MakeClient, tmp_path: Path
+) -> None:
     fleet = (
         SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
         SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
@@ -231,7 +167,7 @@ async def test_nats_restart_mid_run_loses_nothing(make_fed: Any, api: Any, tmp_p
 
 
 async def test_spoke_cut_off_briefly_keeps_its_work(
-    make_fed: Any, api: Any, tmp_path: Path
+    make_fed: MakeFederation, api: MakeClient, tmp_path: Path
 ) -> None:
     fleet = (
         SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),
@@ -275,7 +211,7 @@ async def test_spoke_cut_off_briefly_keeps_its_work(
 
 
 async def test_restarted_spoke_readopts_its_work_and_reports_its_end_once(
-    make_fed: Any, api: Any, tmp_path: Path
+    make_fed: MakeFederation, api: MakeClient, tmp_path: Path
 ) -> None:
     fleet = (SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),)
     fed: Federation = make_fed(fleet, hub_args=("--lost-after", "60"), spoke_args=())
@@ -299,29 +235,3 @@ async def test_restarted_spoke_readopts_its_work_and_reports_its_end_once(
     assert records[ids[2]]["exit_code"] == 3  # learnt from the exit file after adoption
     assert {records[w]["epoch"] for w in ids} == {1}  # never moved, never restarted
     assert Counter(w for w, _ in runs(log)) == dict.fromkeys(ids, 1)
-
-
-async def test_embedded_federation_starts_again_what_dies(
-    make_fed: Any, api: Any, tmp_path: Path
-) -> None:
-    fleet = (SimSpoke("eu-1", "eu", nodes=1, gpus=2, model="H100"),)
-    fed: Federation = make_fed(fleet)
-    fed.start_hub()
-    fed.start_spoke(fed.spoke("eu-1"))
-    client = api(fed)
-    await wait_http(client, {"eu-1"})
-    # Killed from outside (an OOM killer, a person): our handles stay, the processes go.
-    for proc in (fed.procs["hub"], fed.procs["eu-1"]):
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert fed.nats.pid is not None
-    os.kill(fed.nats.pid, signal.SIGKILL)
-    while not fed.nats.exited:
-        await asyncio.sleep(0.01)
-    restarted = fed.supervise()  # what `gpufed up` does every second
-    assert sorted(r.split()[0] for r in restarted) == ["eu-1", "hub", "nats"]
-    await wait_http(client, {"eu-1"})
-    log = tmp_path / "runs.log"
-    wid = (await client.post("/v1/workloads", json=job(log, "after", 0.1))).json()["id"]
-    records = await wait_terminal(client, {wid}, timeout=30)
-    assert records[wid]["phase"] == "succeeded"

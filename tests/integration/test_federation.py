@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from schemas import Phase
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -77,14 +78,14 @@ async def test_cancel_kills_the_running_process(fed: InProcessFederation, tmp_pa
         name="long", team="vision", command=["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"]
     )
     await fed.wait_phase(wid, {Phase.RUNNING})
-    await until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
     pid = int(pid_file.read_text())
     assert fed.api is not None
     response = await fed.api.delete(f"/v1/workloads/{wid}")
     assert response.status_code == 202
     record = await fed.wait_phase(wid, {Phase.CANCELLED, Phase.FAILED, Phase.SUCCEEDED})
     assert record["phase"] == "cancelled"
-    await until(lambda: not process_alive(pid), timeout=5)
+    await wait_until(lambda: not process_alive(pid), timeout=5)
     # The GPUs come back: a 2-GPU job fits again.
     again = await fed.submit(name="after", team="vision", gpus_per_node=2, command=["true"])
     assert (await fed.wait_phase(again, {Phase.SUCCEEDED, Phase.FAILED}))["phase"] == "succeeded"

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from schemas import Phase, RunningRef, SyncRequest
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ async def test_reconcile_stops_superseded_work_requeues_lost_work_and_is_idempot
     wid = await fed.submit(name="long", team="vision", command=["sleep", "30"])
     record = await fed.wait_phase(wid, {Phase.RUNNING})
     epoch = record["epoch"]
-    await until(lambda: spoke.journal.state.applied_seq > 0)
+    await wait_until(lambda: spoke.journal.state.applied_seq > 0)
 
     # The spoke says it runs an assignment the hub has superseded, and no longer runs ours.
     request = SyncRequest(
@@ -38,7 +39,7 @@ async def test_reconcile_stops_superseded_work_requeues_lost_work_and_is_idempot
     assert second.requeued == ()  # already requeued: nothing more changes
 
     # Requeued under a new epoch: the old run is fenced off and the workload runs again.
-    await until(lambda: hub.workloads[wid].epoch > epoch)
+    await wait_until(lambda: hub.workloads[wid].epoch > epoch)
     rerun = await fed.wait_phase(wid, {Phase.RUNNING})
     assert rerun["epoch"] > epoch
     assert any(h["event"] == "lost_on_spoke" for h in rerun["history"])

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp.web
-import anyio
 import attrs
 import kmock
 import pytest
@@ -28,6 +27,7 @@ from spoke.kube import (
 )
 from spoke.ports import RuntimeEvent
 from spoke.runtime.kubernetes import KubernetesRuntime
+from tests.support.wait import wait_until
 
 SPOKE_ID = "eu-k8s-1"
 JOBS = "batch/v1/jobs"
@@ -195,7 +195,7 @@ class Cluster:
 
     async def eventually(self, predicate: Callable[[], bool], limit_s: float = 5.0) -> None:
         """Wait until `predicate()` holds; fail the test after `limit_s` seconds."""
-        await eventually(predicate, limit_s)
+        await wait_until(predicate, limit_s)
 
     def requests(self, method: str, path_part: str) -> list[kmock.Request]:
         return [
@@ -237,16 +237,7 @@ class EventLog:
         self, count: int, workload_id: str | None = None, limit_s: float = 5.0
     ) -> None:
         """Wait until at least `count` events (of `workload_id`) arrived."""
-        await eventually(lambda: len(self.phases(workload_id)) >= count, limit_s)
-
-
-async def eventually(predicate: Callable[[], bool], limit_s: float = 5.0) -> None:
-    """Wait until `predicate()` holds; fail the test after `limit_s` seconds."""
-    with anyio.fail_after(limit_s):
-        while True:
-            if predicate():
-                return
-            await anyio.sleep(0.01)
+        await wait_until(lambda: len(self.phases(workload_id)) >= count, limit_s)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,17 +165,6 @@ class HubRole:
     async def _on_capacity(self, msg: Msg) -> None:
         report = CapacityReport.model_validate_json(msg.data)
         self.reports.setdefault(report.spoke_id, []).append(report)
-
-
-async def wait_until(
-    predicate: Callable[[], bool], timeout_s: float, what: str, every_s: float = 0.05
-) -> None:
-    """Poll `predicate` until it holds; fail the test saying `what` did not happen."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(every_s)
 
 
 def pid_of(event: InstanceEvent) -> int:

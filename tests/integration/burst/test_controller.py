@@ -27,8 +27,8 @@ from tests.integration.burst.hub_role import (
     pid_of,
     process_gone,
     sim_catalog,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.burst, pytest.mark.integration]
 
