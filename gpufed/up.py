@@ -10,7 +10,6 @@ import concurrent.futures
 import contextlib
 import json
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import yaml
 from burst.catalog import load_catalog
 from burst.providers.local import STATE_FILE, LocalProvider
 from bus.natsserver import EmbeddedNats, free_port
+from bus.processes import stop_process, stop_processes
+from gpufed.backoff import Backoff, crashes_in_a_row, restart_delay
 from gpufed.client import ApiError, HubClient
 
 
@@ -43,6 +44,9 @@ FLEET = (
 )
 
 
+#: A piece that dies is started again after 0.5 s, 1 s, 2 s ... at most 10 s apart, for ever.
+RESTART_BACKOFF = Backoff(base_s=0.5, cap_s=10.0, reset_after_s=60.0)
+
 #: Burst timings of the demo: rent after 3 s of unplaceable demand, give back after 6 s idle.
 DEMO_BURST = (
     "--tick", "0.5", "--burst-after", "3", "--idle-ttl", "6", "--cooldown", "5",
@@ -62,6 +66,7 @@ class Federation:
         hub_args: tuple[str, ...] = (),
         spoke_args: tuple[str, ...] = ("--stop-workloads-on-exit",),
         burst_args: tuple[str, ...] | None = None,
+        backoff: Backoff = RESTART_BACKOFF,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
@@ -72,7 +77,10 @@ class Federation:
         self.nats = EmbeddedNats(self.data_dir / "nats")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order
-        self._restarts: dict[str, list[float]] = {}
+        self.backoff = backoff
+        self._started_at: dict[str, float] = {}  # piece -> time.monotonic() of its last start
+        self._crashes: dict[str, int] = {}  # piece -> crashes in a row
+        self._restart_at: dict[str, float] = {}  # piece -> when to start it again
 
     @property
     def api_url(self) -> str:
@@ -80,7 +88,7 @@ class Federation:
 
     def start(self, timeout_s: float = 60.0) -> None:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.nats.start()
+        self._start_nats()
         self.start_hub()
         for spoke in self.fleet:
             self.start_spoke(spoke)
@@ -165,30 +173,15 @@ class Federation:
 
     def stop(self) -> None:
         """Stop burst and its cloud spokes, the spokes, the hub, then NATS; each by its handle."""
+        self._restart_at.clear()
         burst = self.procs.pop("burst", None)
-        if burst is not None and burst.poll() is None:
-            burst.send_signal(signal.SIGTERM)
-            try:
-                burst.wait(20)
-            except subprocess.TimeoutExpired:
-                burst.kill()
-                burst.wait()
+        if burst is not None:
+            stop_process(burst, 20)
         self._release_cloud_spokes()
-        for name in [s.id for s in self.fleet] + ["hub"]:
-            proc = self.procs.pop(name, None)
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in list(self.procs.values()):
-            proc.send_signal(signal.SIGTERM)
+        hub = self.procs.pop("hub", None)
+        ordered = [*self.procs.values(), *([hub] if hub else [])]  # the hub hears spokes stop
+        stop_processes(ordered + [p for p in self._started if p not in ordered], 10)
         self.procs.clear()
-        for proc in self._started:
-            if proc.poll() is not None:
-                continue
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
         self.nats.stop()
 
     def _release_cloud_spokes(self) -> None:
@@ -224,34 +217,57 @@ class Federation:
         log.close()
         self.procs[name] = proc
         self._started.append(proc)
+        self._started_at[name] = time.monotonic()
 
-    def supervise(self) -> list[str]:
-        """Start again whatever died (NATS, the hub, a spoke, burst); say what was restarted.
+    def supervise(self, now: float | None = None) -> list[str]:
+        """Start again, after its back-off, whatever died (NATS, the hub, a spoke, burst).
 
-        A piece that keeps dying (5 times within a minute) ends the federation instead.
+        Never gives up: the wait doubles with each crash in a row up to `backoff.cap_s`.
+        Returns one line per back-off step taken, for the terminal.
         """
-        restarted = []
-        if self.nats.exited:
-            self.nats.start()
-            restarted.append("nats")
+        now = time.monotonic() if now is None else now
+        said = []
+        if self.nats.exited and "nats" not in self._restart_at:
+            said.append(self._schedule("nats", f"exited with {self.nats.returncode}", now))
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
                 continue
             del self.procs[name]
-            now = time.monotonic()
-            recent = [t for t in self._restarts.get(name, []) if now - t < 60] + [now]
-            self._restarts[name] = recent
-            if len(recent) > 5:
-                log_file = self.log_dir / f"{name}.log"
-                raise RuntimeError(f"{name} keeps exiting ({proc.returncode}); see {log_file}")
-            if name == "hub":
-                self.start_hub()
-            elif name == "burst":
-                self.start_burst()
-            else:
-                self.start_spoke(self.spoke(name))
-            restarted.append(f"{name} (it exited with {proc.returncode})")
-        return restarted
+            said.append(self._schedule(name, f"exited with {proc.returncode}", now))
+        for name, due in list(self._restart_at.items()):
+            if due > now:
+                continue
+            del self._restart_at[name]
+            try:
+                self._restart(name)
+            except (OSError, RuntimeError) as exc:  # NatsServerError is a RuntimeError
+                said.append(self._schedule(name, f"did not start ({exc})", time.monotonic()))
+        return said
+
+    def _schedule(self, name: str, what: str, now: float) -> str:
+        up_for = now - self._started_at.get(name, now)
+        crashes = crashes_in_a_row(self.backoff, self._crashes.get(name, 0), up_for)
+        self._crashes[name] = crashes
+        delay = restart_delay(self.backoff, crashes)
+        self._restart_at[name] = now + delay
+        log_file = self.nats.log_file if name == "nats" else self.log_dir / f"{name}.log"
+        return (
+            f"{name} {what}; starting it again in {delay:g}s ({crashes} in a row; see {log_file})"
+        )
+
+    def _restart(self, name: str) -> None:
+        if name == "nats":
+            self._start_nats()
+        elif name == "hub":
+            self.start_hub()
+        elif name == "burst":
+            self.start_burst()
+        else:
+            self.start_spoke(self.spoke(name))
+
+    def _start_nats(self) -> None:
+        self._started_at["nats"] = time.monotonic()
+        self.nats.start()
 
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():
@@ -284,9 +300,9 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
             return 0 if result[0] == result[1] else 1
         print("Ctrl-C stops everything; a piece that dies is started again.")
         while True:
-            for what in fed.supervise():
-                print(f"gpufed: restarted {what}", flush=True)
-            time.sleep(1)
+            for line in fed.supervise():
+                print(f"gpufed: {line}", flush=True)
+            time.sleep(0.1)
     except KeyboardInterrupt:
         print("\ngpufed: stopping")
         return 0
