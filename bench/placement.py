@@ -24,20 +24,13 @@ import gc
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-# Run as `python bench/<script>.py`, the bench folder leads sys.path, and bench/burst.py
-# would shadow the `burst` package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload  # noqa: E402
-from hub.core.placement import plan  # noqa: E402
-from hub.core.policy import Department, Policy, Quota, Team  # noqa: E402
-from schemas import SpokeKind, WorkloadSpec  # noqa: E402
+from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
+from hub.core.placement import plan
+from hub.core.policy import Department, Policy, Quota, Team
+from schemas import SpokeKind, WorkloadSpec
 
 SPOKES = 100
 NODES = 64

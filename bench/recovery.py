@@ -20,14 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# Run as `python bench/<script>.py`, the bench folder leads sys.path, and bench/burst.py
-# would shadow the `burst` package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-from bus.client import Bus, BusSettings  # noqa: E402
-from gpufed.up import Federation, SimSpoke  # noqa: E402
-from schemas import SubmitReply, WorkloadEvent, subjects  # noqa: E402
+from bus.client import Bus, BusSettings
+from gpufed.up import Federation, SimSpoke
+from schemas import SubmitReply, WorkloadEvent, subjects
 
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=1, gpus=8, model="H100"),

@@ -1,9 +1,9 @@
 """Scheduling quality on the Philly trace: the scheduler x burst matrix as one JSON object.
 
-Replays ../shared/traces/philly-pollux/philly.csv (82,247 jobs) on bench/replay/philly-fleet.yaml
-(3 spokes, 2,816 GPUs = the virtual clusters' guarantees in philly-policy.yaml) with `gpufed
-replay`'s harness, for gpufed/none, static/none, fifo/none, gpufed/immediate and gpufed/gpufed,
-and prints one JSON object:
+Replays the Philly trace (`--trace`: Pollux's philly.csv, 82,247 jobs) on
+bench/replay/philly-fleet.yaml (3 spokes, 2,816 GPUs = the virtual clusters' guarantees in
+philly-policy.yaml) with `gpufed replay`'s harness, for gpufed/none, static/none, fifo/none,
+gpufed/immediate and gpufed/gpufed, and prints one JSON object:
 
 - `matrix`: per "scheduler/burst": utilization, avg_jct_s, p99_jct_s, avg_wait_s, cloud_cost
   (plus preemptions, cloud_gpu_hours, cloud_instances, never_started, replay_seconds);
@@ -14,8 +14,8 @@ and prints one JSON object:
 `--load-factor K` divides submit times by K (arrivals K times as fast); `--limit-jobs N`
 replays the first N jobs; burst knobs as in `gpufed replay`. docs/replay.md has the results.
 
-    .venv/bin/python bench/replay_report.py                    # full trace, as submitted
-    .venv/bin/python bench/replay_report.py --load-factor 4    # about 4x the load
+    .venv/bin/python bench/replay_report.py --trace philly.csv                    # as submitted
+    .venv/bin/python bench/replay_report.py --trace philly.csv --load-factor 4    # 4x the load
 """
 
 from __future__ import annotations
@@ -28,22 +28,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-# Run as `python bench/replay_report.py`, this file's folder leads sys.path and bench/burst.py
-# would shadow the `burst` package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+from burst.catalog import load_catalog
+from burst.core import BurstPolicy
+from gpufed.replay.fleet import load_fleet
+from gpufed.replay.report import build_report
+from gpufed.replay.runner import ReplaySetup, run_replay
+from gpufed.replay.simulator import SimConfig
+from gpufed.replay.traces import load_trace
+from hub.policyfile import load_policy
 
-from burst.catalog import load_catalog  # noqa: E402
-from burst.core import BurstPolicy  # noqa: E402
-from gpufed.replay.fleet import load_fleet  # noqa: E402
-from gpufed.replay.report import build_report  # noqa: E402
-from gpufed.replay.runner import ReplaySetup, run_replay  # noqa: E402
-from gpufed.replay.simulator import SimConfig  # noqa: E402
-from gpufed.replay.traces import load_trace  # noqa: E402
-from hub.policyfile import load_policy  # noqa: E402
-
-REPO = _HERE.parent
-PHILLY = REPO.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
+HERE = Path(__file__).resolve().parent
 MATRIX = ("gpufed/none", "static/none", "fifo/none", "gpufed/immediate", "gpufed/gpufed")
 KEYS = ("utilization", "avg_jct_s", "p99_jct_s", "avg_wait_s", "cloud_cost")
 EXTRA = (
@@ -139,9 +133,9 @@ def _goals(matrix: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--trace", type=Path, default=PHILLY)
-    p.add_argument("--fleet", type=Path, default=_HERE / "replay" / "philly-fleet.yaml")
-    p.add_argument("--policy", type=Path, default=_HERE / "replay" / "philly-policy.yaml")
+    p.add_argument("--trace", type=Path, required=True, help="Pollux's philly.csv")
+    p.add_argument("--fleet", type=Path, default=HERE / "replay" / "philly-fleet.yaml")
+    p.add_argument("--policy", type=Path, default=HERE / "replay" / "philly-policy.yaml")
     p.add_argument("--limit-jobs", type=int, default=None, help="the first N jobs only")
     p.add_argument("--load-factor", type=float, default=1.0, help="divide submit times by K")
     p.add_argument("--cycle-s", type=float, default=10.0)

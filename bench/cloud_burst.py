@@ -16,7 +16,7 @@ one JSON object:
 - `flaps`: launches of a shape (team, instance type) within `cooldown` after a termination of
   that shape (must be 0).
 
-    .venv/bin/python bench/burst.py --jobs 6 --job-s 4
+    .venv/bin/python bench/cloud_burst.py --jobs 6 --job-s 4
 """
 
 from __future__ import annotations
@@ -24,31 +24,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# Run as `python bench/burst.py`, this file's folder leads sys.path and its name would shadow
-# the `burst` package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import yaml
+from nats.aio.msg import Msg
 
-import yaml  # noqa: E402
-from nats.aio.msg import Msg  # noqa: E402
-
-from burst.catalog import load_catalog  # noqa: E402
-from burst.providers.local import STATE_FILE, LocalProvider  # noqa: E402
-from bus.client import Bus, BusSettings  # noqa: E402
-from gpufed import logs  # noqa: E402
-from gpufed.client import HubClient  # noqa: E402
-from gpufed.up import Federation, SimSpoke  # noqa: E402
-from schemas import subjects  # noqa: E402
-from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState  # noqa: E402
-from schemas.capacity import CapacityReport, SpokeKind  # noqa: E402
+from bus.client import Bus, BusSettings
+from gpufed import logs
+from gpufed.client import HubClient
+from gpufed.up import Federation, SimSpoke
+from schemas import subjects
+from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState
+from schemas.capacity import CapacityReport, SpokeKind
 
 REGION = "us-east-1"
 CATALOG = {
@@ -113,7 +104,6 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     fleet = (SimSpoke("dc-1", "us", nodes=1, gpus=args.onprem_gpus, model="L4"),)
     fed = Federation(root, 0, fleet)
     catalog = root / "catalog.yaml"
-    burst: subprocess.Popen[bytes] | None = None
     bus = Bus(BusSettings(url="nats://unset", name="bench-burst"))
     try:
         fed.start()
@@ -123,7 +113,9 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         watch = Watch()
         await bus.nc.subscribe(BURST_INSTANCES, cb=watch.on_instance)
         await bus.nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=watch.on_capacity)
-        burst = _start_burst(args, fed, catalog)
+        fed.burst_args = _burst_args(args, catalog)
+        fed.start_burst()
+        burst = fed.procs["burst"]
         log = fed.log_dir / "burst.log"
         while "burst_ready" not in log.read_text():  # it has loaded the hub's state
             if burst.poll() is not None:
@@ -158,43 +150,19 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         return _result(args, watch, spike, placed)
     finally:
         await bus.close()
-        if burst is not None and burst.poll() is None:
-            burst.send_signal(signal.SIGTERM)
-            try:
-                burst.wait(20)
-            except subprocess.TimeoutExpired:
-                burst.kill()
-                burst.wait()
-        await _stop_cloud_spokes(fed.data_dir / "burst", fed.nats.url)
-        fed.stop()
+        fed.stop()  # burst, then the cloud spokes it left running, then the rest
 
 
-async def _stop_cloud_spokes(state_dir: Path, nats_url: str) -> None:
-    """Stop any cloud spoke still running (the burst process leaves them on purpose)."""
-    state = state_dir / STATE_FILE
-    if state.exists():
-        provider = LocalProvider(state_dir, nats_url, load_catalog(), stop_grace_s=5.0)
-        await provider.terminate(list(json.loads(state.read_text())["instances"]))
-
-
-def _start_burst(
-    args: argparse.Namespace, fed: Federation, catalog: Path
-) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable, "-m", "gpufed", "burst",
-        "--provider", "local",
-        "--nats-url", fed.nats.url,
+def _burst_args(args: argparse.Namespace, catalog: Path) -> tuple[str, ...]:
+    return (
         "--catalog", str(catalog),
-        "--state-dir", str(fed.data_dir / "burst"),
         "--tick", "0.5",
         "--burst-after", str(args.burst_after),
         "--idle-ttl", str(args.idle_ttl),
         "--cooldown", str(args.cooldown),
         "--reconcile-every", "2",
         "--spoke-heartbeat", "0.5",
-    ]  # fmt: skip
-    with open(fed.log_dir / "burst.log", "ab") as log:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    )  # fmt: skip
 
 
 def _result(
