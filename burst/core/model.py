@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from schemas.burst import DemandItem, InstanceState, Market
 
@@ -200,3 +201,25 @@ class BurstPlan:
     def dollars_per_hour(self) -> float:
         """Added cost rate of the launches."""
         return sum(launch.price_per_hour for launch in self.launches)
+
+
+class InstanceShape(Protocol):
+    """What the planner reads of one instance type."""
+
+    @property
+    def gpu_model(self) -> str: ...
+
+
+class OfferCatalog(Protocol):
+    """What the planner reads of the instance catalog (`burst.catalog.Catalog` is one).
+
+    Both methods are pure lookups: no I/O, the same answer every call.
+    """
+
+    def offers(self) -> tuple[Offer, ...]:
+        """Every (instance type, region, market) the catalog prices, in a stable order."""
+        ...
+
+    def get(self, name: str) -> InstanceShape | None:
+        """The instance type called `name`; None when the catalog does not list it."""
+        ...

@@ -11,7 +11,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from burst.core.budget import initial_budget
 from burst.core.model import (
@@ -21,6 +20,7 @@ from burst.core.model import (
     Launch,
     MarketPreference,
     Offer,
+    OfferCatalog,
     PlannerState,
     Skip,
     SkipReason,
@@ -30,9 +30,6 @@ from burst.core.model import (
 from burst.core.packing import Unit, Work, pack
 from schemas.burst import DemandItem, DemandReport, InstanceState, Market
 
-if TYPE_CHECKING:  # burst.catalog imports burst.core.model; the planner only reads a Catalog
-    from burst.catalog import Catalog
-
 #: Launch ids are `<prefix>-<seq>-<n>-<digest>`: spoke ids, EC2 client tokens and tag values.
 ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
 
@@ -40,7 +37,7 @@ ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
 def plan_burst(
     demand: DemandReport,
     fleet: Sequence[CloudInstance],
-    catalog: Catalog,
+    catalog: OfferCatalog,
     policy: BurstPolicy,
     state: PlannerState,
     now: float,
@@ -113,7 +110,7 @@ class _LaunchPlanner:
         self,
         demand: DemandReport,
         fleet: Sequence[CloudInstance],
-        catalog: Catalog,
+        catalog: OfferCatalog,
         policy: BurstPolicy,
         state: PlannerState,
         now: float,

@@ -16,10 +16,10 @@ import structlog
 from botocore.exceptions import BotoCoreError, ClientError
 
 from burst.catalog import Catalog
-from burst.catalog_refresh import refresh_catalog
 from burst.core.model import OfferKey
 from burst.errors import BurstError, InsufficientCapacityError, PermanentBurstError
 from burst.ports import InstanceInfo, LaunchRequest
+from burst.providers.aws_catalog import refresh_catalog
 from burst.providers.aws_errors import translate_error
 from burst.providers.userdata import DEFAULT_TEMPLATE, SpokeBoot, render_user_data
 from schemas.burst import InstanceState, Market
@@ -238,7 +238,7 @@ class AwsProvider:
         return orphans
 
     async def refresh_catalog(self, catalog: Catalog) -> Catalog:
-        """`catalog` refreshed from this region's EC2 API (see burst.catalog_refresh)."""
+        """`catalog` refreshed from this region's EC2 API (see burst.providers.aws_catalog)."""
         return await anyio.to_thread.run_sync(lambda: refresh_catalog(catalog, self._get_client()))
 
     # -- helpers ---------------------------------------------------------------------------

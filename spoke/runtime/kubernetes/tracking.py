@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -19,9 +19,6 @@ from spoke.errors import SpokeError
 from spoke.kube import meta
 from spoke.ports import EventSink, RuntimeEvent
 from spoke.runtime.kubernetes.status import FATAL_WAITING_REASONS, Outcome, job_outcome, pod_state
-
-if TYPE_CHECKING:
-    from spoke.runtime.kubernetes.jobs import SpokeJobs
 
 log = structlog.get_logger(__name__)
 
@@ -47,10 +44,30 @@ class Tracked:
     ended: anyio.Event = field(default_factory=anyio.Event)
 
 
+class TrackedJobs(Protocol):
+    """What the Tracker asks of the cluster (`jobs.SpokeJobs` is the one used)."""
+
+    def identity(self, obj: Mapping[str, Any]) -> tuple[str, int] | None:
+        """(workload id, epoch) of one of our Jobs or pods; None for anything else."""
+        ...
+
+    async def mark_reported(self, tracked: Tracked, phase: EventPhase) -> None:
+        """Annotate the finished Job as reported (idempotent); a failure is logged, not raised."""
+        ...
+
+    async def workload_pods(self, tracked: Tracked) -> list[Mapping[str, Any]]:
+        """The pods of this (workload, epoch); empty when there are none."""
+        ...
+
+    async def delete_objects(self, tracked: Tracked, grace_s: float) -> None:
+        """Delete its Job and pods (already gone: a no-op); returns before they are gone."""
+        ...
+
+
 class Tracker:
     """The tracked workloads (workload id -> its current epoch) and the events they report."""
 
-    def __init__(self, jobs: SpokeJobs, sink: EventSink) -> None:
+    def __init__(self, jobs: TrackedJobs, sink: EventSink) -> None:
         self.workloads: dict[str, Tracked] = {}
         self._jobs = jobs
         self._sink = sink

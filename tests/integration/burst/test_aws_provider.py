@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from burst.catalog import Catalog, load_catalog
-from burst.catalog_refresh import refresh_catalog
 from burst.core import BurstPolicy, PlannerState, plan_burst, record_capacity_error
 from burst.errors import InsufficientCapacityError, UnauthorizedError
 from burst.ports import LaunchRequest, Provisioner
 from burst.providers.aws import AwsProvider, ec2_client_factory
+from burst.providers.aws_catalog import refresh_catalog
 from schemas.burst import DemandItem, DemandReport, InstanceState, Market
 from tests.integration.burst.conftest import REGION, RunFailure
 
