@@ -1,9 +1,30 @@
-"""Shared test set-up: structured logs to stderr, quiet unless a test fails."""
+"""Shared test set-up: structured logs to stderr (quiet unless a test fails), markers by folder."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+import pytest
 
 from gpufed import logs
 
 logs.configure(sys.stderr, json=False, level="warning")
+
+_TESTS = Path(__file__).parent
+
+#: A test is marked after every folder it sits in: `pytest -m faults` and the like select by
+#: where a test lives, and no file has to remember to mark itself.
+MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
+    "integration": ("integration",),
+    "kubernetes": ("kubernetes", "integration"),  # against the Kubernetes API emulator
+    "burst": ("burst",),
+    "faults": ("faults",),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folders = item.path.relative_to(_TESTS).parts[:-1]
+        for name in sorted({m for folder in folders for m in MARKS_BY_FOLDER.get(folder, ())}):
+            item.add_marker(name)

@@ -6,7 +6,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
 from nats.aio.msg import Msg
 
 from bus.client import Bus, BusSettings
@@ -14,8 +13,6 @@ from bus.natsserver import EmbeddedNats
 from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, subjects
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
-
-pytestmark = pytest.mark.integration
 
 
 async def _bus(url: str) -> Bus:

@@ -7,13 +7,9 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
-
-pytestmark = pytest.mark.integration
 
 # Each workload appends "<start|end> <time_ns> <node> <devices> <id>" to a shared file: the
 # spoke-side truth of which devices a process really saw and when.

@@ -5,12 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-
-pytestmark = pytest.mark.integration
 
 POLICY: dict[str, Any] = {
     "version": 1,

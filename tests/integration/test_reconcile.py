@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from schemas import Phase, RunningRef, SyncRequest
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
-
-pytestmark = pytest.mark.integration
 
 
 async def test_reconcile_stops_superseded_work_requeues_lost_work_and_is_idempotent(

@@ -21,8 +21,6 @@ from kubernetes import client as k8s
 from bus.processes import stop_process
 from spoke.runtime.kubernetes import DEFAULT_PRIORITY_CLASSES
 
-pytestmark = pytest.mark.kubernetes
-
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from bus.natsserver import EmbeddedNats
 from gpufed.compose.spoke import build_spoke
 from schemas import Phase
@@ -16,8 +14,6 @@ from tests.integration.fed import InProcessFederation
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.test_kube_client import write_kubeconfig
 from tests.kubernetes.test_runtime_events import running_status, terminated_status
-
-pytestmark = [pytest.mark.kubernetes, pytest.mark.integration]
 
 
 async def test_placed_work_runs_as_a_job_and_its_end_reaches_the_hub(

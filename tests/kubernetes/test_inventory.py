@@ -10,8 +10,6 @@ from spoke.inventory.kubernetes import KubernetesInventory
 from spoke.ports import NodeInventory
 from tests.kubernetes.conftest import Cluster
 
-pytestmark = pytest.mark.kubernetes
-
 GPUFED_POD = {"gpufed.io/workload-id": "wl-1", "gpufed.io/spoke": "eu-k8s-1"}
 
 

@@ -12,8 +12,6 @@ from spoke.inventory.kubernetes import KubernetesInventory
 from spoke.kube import dns_name, label_value, load_api_client, matches_selector
 from tests.kubernetes.conftest import Cluster
 
-pytestmark = pytest.mark.kubernetes
-
 
 def write_kubeconfig(path: Path, servers: dict[str, str], current: str) -> Path:
     path.write_text(

@@ -11,8 +11,6 @@ from tests.kubernetes.conftest import Cluster, EventLog
 from tests.kubernetes.test_runtime_events import NS, running_status, terminated_status
 from tests.kubernetes.test_runtime_jobs import launch
 
-pytestmark = pytest.mark.kubernetes
-
 
 async def test_new_runtime_adopts_running_jobs_and_reports_those_finished_meanwhile(
     make_runtime: Any, cluster: Cluster

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from schemas import EventPhase
 from spoke.runtime.kubernetes import KubernetesRuntime
 from tests.kubernetes.conftest import Cluster, EventLog
 from tests.kubernetes.test_runtime_jobs import launch
-
-pytestmark = pytest.mark.kubernetes
 
 NS = "gpufed-ml"
 JOB = "wl-train-1-e3"

@@ -13,8 +13,6 @@ from spoke.ports import Launch
 from spoke.runtime.kubernetes import KubernetesRuntime, job_name_for
 from tests.kubernetes.conftest import SPOKE_ID, Cluster, EventLog
 
-pytestmark = pytest.mark.kubernetes
-
 
 def launch(
     workload_id: str = "wl-train-1",

@@ -17,8 +17,6 @@ from burst.providers.aws_catalog import refresh_catalog
 from schemas.burst import DemandItem, DemandReport, InstanceState, Market
 from tests.integration.burst.conftest import REGION, RunFailure
 
-pytestmark = [pytest.mark.integration, pytest.mark.burst]
-
 
 def request(burst_id: str = "burst-1-0-abcd1234", **fields: Any) -> LaunchRequest:
     values: dict[str, Any] = {

@@ -13,8 +13,6 @@ from burst.core.model import MarketPreference, TeamBudget
 from gpufed import logs
 from gpufed.burst_entry import add_burst_parser, main, settings_from_args
 
-pytestmark = pytest.mark.burst
-
 
 def parse(*flags: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpufed")

@@ -30,8 +30,6 @@ from tests.integration.burst.hub_role import (
 )
 from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.burst, pytest.mark.integration]
-
 REQUESTED = InstanceState.REQUESTED
 RUNNING = InstanceState.RUNNING
 TERMINATING = InstanceState.TERMINATING

@@ -17,8 +17,6 @@ from bus.natsserver import EmbeddedNats
 from schemas.burst import InstanceState, Market
 from tests.integration.burst.hub_role import REGION, process_gone, sim_catalog
 
-pytestmark = [pytest.mark.burst, pytest.mark.integration]
-
 CATALOG = sim_catalog(("sim.a100x4", "A100", 4, 8.0))
 
 

@@ -10,7 +10,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,7 @@ from bus.processes import stop_process
 from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from tests.integration.burst.hub_role import process_gone
-
-pytestmark = [pytest.mark.integration, pytest.mark.burst]
+from tests.support.wait import wait_until_sync
 
 IDLE_TTL_S = 2.0
 CATALOG = {
@@ -83,14 +81,15 @@ class Burst:
         return reply.json()  # type: ignore[no-any-return]
 
     def until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
+        """`predicate` holds within `timeout_s`, and the controller stays up meanwhile."""
+
+        def held() -> bool:
             assert self.proc is not None and self.proc.poll() is None, (
                 f"burst exited; see {self.fed.log_dir / 'burst.log'}"
             )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-            time.sleep(0.1)
+            return predicate()
+
+        wait_until_sync(held, timeout_s, what)
 
     def stop(self) -> None:
         if self.client is not None:

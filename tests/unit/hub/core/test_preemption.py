@@ -5,7 +5,7 @@ from __future__ import annotations
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy, Quota, Team
-from tests.unit.core.builders import (
+from tests.unit.hub.core.builders import (
     check_invariants,
     fleet,
     node,

@@ -8,7 +8,7 @@ from hub.core.fairshare import queue_priority
 from hub.core.model import Plan, RunningWorkload, Workload
 from hub.core.placement import plan
 from hub.core.policy import Aging, Policy, PriorityClass, Quota, Team
-from tests.unit.core.builders import (
+from tests.unit.hub.core.builders import (
     check_invariants,
     fleet,
     node,

@@ -12,7 +12,7 @@ from hub.core.model import Node, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.placement import plan
 from hub.core.policy import Department, Policy, Quota, Team
 from schemas import Assignment, SpokeKind
-from tests.unit.core.builders import check_invariants, occupy, spec
+from tests.unit.hub.core.builders import check_invariants, occupy, spec
 
 MODELS = ("H100", "A100")
 TEAMS = ("t0", "t1", "t2", "t3")

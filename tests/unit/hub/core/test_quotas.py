@@ -7,7 +7,7 @@ import pytest
 from hub.core.model import Plan, RunningWorkload, Workload
 from hub.core.placement import plan
 from hub.core.policy import Department, Policy, PriorityClass, Quota, Team
-from tests.unit.core.builders import (
+from tests.unit.hub.core.builders import (
     check_invariants,
     fleet,
     node,

@@ -7,7 +7,7 @@ import pytest
 from hub.core.model import Reason, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy, Quota, Team
-from tests.unit.core.builders import check_invariants, fleet, node, pending, spoke, why
+from tests.unit.hub.core.builders import check_invariants, fleet, node, pending, spoke, why
 
 POLICY = Policy(
     teams=(

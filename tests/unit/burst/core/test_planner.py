@@ -24,7 +24,7 @@ from burst.core import (
 )
 from schemas.burst import DemandItem, InstanceState, Market
 from schemas.common import ID_PATTERN
-from tests.unit.burst.builders import NOW, catalog, instance, item, launched_ids, report
+from tests.unit.burst.core.builders import NOW, catalog, instance, item, launched_ids, report
 
 CATALOG = load_catalog()
 POLICY = BurstPolicy()

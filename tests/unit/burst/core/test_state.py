@@ -14,7 +14,7 @@ from burst.core import (
     record_capacity_error,
 )
 from schemas.burst import InstanceState, Market
-from tests.unit.burst.builders import NOW, instance
+from tests.unit.burst.core.builders import NOW, instance
 
 OFFER = OfferKey("p5.48xlarge", "us-east-1", Market.SPOT)
 OTHER = OfferKey("p5.48xlarge", "us-west-2", Market.SPOT)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from bus.client import Bus, BusSettings
 from gpufed.up import Federation, SimSpoke
@@ -21,8 +20,6 @@ from schemas import SubmitReply, subjects
 from tests.integration.conftest import MakeClient, MakeFederation
 from tests.integration.proxy import CuttableProxy
 from tests.support.api import wait_http, wait_terminal
-
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 def job(log: Path, name: str, secs: float, **extra: Any) -> dict[str, Any]:
