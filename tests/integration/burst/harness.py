@@ -11,7 +11,7 @@ from burst.catalog import Catalog
 from burst.providers.local import STATE_FILE, LocalProvider
 from burst.service import BurstController
 from burst.settings import BurstSettings
-from gpufed.compose.burst import build_burst
+from gpufed.compose.burst import build_burst, build_provider
 from tests.integration.burst.hub_role import HubRole, process_gone
 
 
@@ -54,14 +54,8 @@ class Harness:
         return hub
 
     def provider(self, settings: BurstSettings, catalog: Catalog) -> LocalProvider:
-        provider = LocalProvider(
-            settings.state_dir,
-            settings.spoke_url,
-            catalog,
-            settings.python,
-            settings.spoke_heartbeat_s,
-            stop_grace_s=settings.local_stop_grace_s,
-        )
+        provider = build_provider(settings, catalog)
+        assert isinstance(provider, LocalProvider), settings.provider
         self.providers.append(provider)
         return provider
 
