@@ -270,10 +270,14 @@ def events() -> EventLog:
     return EventLog()
 
 
+#: Builds a runtime for this spoke around an event log (several per test for restarts).
+MakeRuntime = Callable[["EventLog"], KubernetesRuntime]
+#: Labels and annotations that make a hand-made object one of this spoke's.
+Identity = Callable[[str, int], dict[str, Any]]
+
+
 @pytest.fixture
-async def make_runtime(
-    api_client: k8s.ApiClient,
-) -> AsyncIterator[Callable[[EventLog], KubernetesRuntime]]:
+async def make_runtime(api_client: k8s.ApiClient) -> AsyncIterator[MakeRuntime]:
     """Build runtimes for this spoke (several for restart tests); all closed at the end."""
     made: list[KubernetesRuntime] = []
 
@@ -290,9 +294,7 @@ async def make_runtime(
 
 
 @pytest.fixture
-async def runtime(
-    make_runtime: Callable[[EventLog], KubernetesRuntime], events: EventLog
-) -> KubernetesRuntime:
+async def runtime(make_runtime: MakeRuntime, events: EventLog) -> KubernetesRuntime:
     """A runtime that has adopted (nothing) and watches."""
     built = make_runtime(events)
     await built.adopt()
@@ -300,7 +302,7 @@ async def runtime(
 
 
 @pytest.fixture
-def identity() -> Callable[[str, int], dict[str, Any]]:
+def identity() -> Identity:
     """Labels and annotations that make an object one of this spoke's (for hand-made Jobs)."""
 
     def make(workload_id: str, epoch: int) -> dict[str, Any]:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from schemas import EventPhase
-from tests.kubernetes.conftest import Cluster, EventLog
+from tests.kubernetes.conftest import Cluster, EventLog, Identity, MakeRuntime
 from tests.kubernetes.test_runtime_events import NS, running_status, terminated_status
 from tests.kubernetes.test_runtime_jobs import launch
 
 
 async def test_new_runtime_adopts_running_jobs_and_reports_those_finished_meanwhile(
-    make_runtime: Any, cluster: Cluster
+    make_runtime: MakeRuntime, cluster: Cluster
 ) -> None:
     first_events = EventLog()
     first = make_runtime(first_events)
@@ -54,7 +52,7 @@ async def test_new_runtime_adopts_running_jobs_and_reports_those_finished_meanwh
 
 
 async def test_adoption_deletes_an_older_epoch_left_beside_a_newer_one(
-    make_runtime: Any, cluster: Cluster, identity: Any
+    make_runtime: MakeRuntime, cluster: Cluster, identity: Identity
 ) -> None:
     for epoch in (1, 2):
         cluster.put_job(
@@ -75,7 +73,7 @@ async def test_adoption_deletes_an_older_epoch_left_beside_a_newer_one(
 
 
 async def test_fence_deletes_the_stale_epoch_job_and_ends_it_cancelled(
-    make_runtime: Any, cluster: Cluster
+    make_runtime: MakeRuntime, cluster: Cluster
 ) -> None:
     events = EventLog()
     runtime = make_runtime(events)
@@ -101,7 +99,7 @@ async def test_fence_deletes_the_stale_epoch_job_and_ends_it_cancelled(
 
 
 async def test_starting_a_newer_epoch_fences_the_older_one(
-    make_runtime: Any, cluster: Cluster
+    make_runtime: MakeRuntime, cluster: Cluster
 ) -> None:
     events = EventLog()
     runtime = make_runtime(events)
@@ -116,7 +114,7 @@ async def test_starting_a_newer_epoch_fences_the_older_one(
     assert events.phases("moved") == [("moved", 1, EventPhase.CANCELLED)]
 
 
-async def test_an_older_epoch_than_the_running_one_is_refused(make_runtime: Any) -> None:
+async def test_an_older_epoch_than_the_running_one_is_refused(make_runtime: MakeRuntime) -> None:
     from spoke.errors import PermanentSpokeError
 
     runtime = make_runtime(EventLog())

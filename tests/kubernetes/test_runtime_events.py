@@ -6,7 +6,7 @@ from typing import Any
 
 from schemas import EventPhase
 from spoke.runtime.kubernetes import KubernetesRuntime
-from tests.kubernetes.conftest import Cluster, EventLog
+from tests.kubernetes.conftest import Cluster, EventLog, MakeRuntime
 from tests.kubernetes.test_runtime_jobs import launch
 
 NS = "gpufed-ml"
@@ -101,7 +101,7 @@ async def test_oom_killed_pod_reports_failed_with_reason_and_exit_code(
 
 
 async def test_failed_job_seen_first_still_reports_the_pods_reason(
-    make_runtime: Any, cluster: Cluster, events: EventLog
+    make_runtime: MakeRuntime, cluster: Cluster, events: EventLog
 ) -> None:
     runtime = make_runtime(events)
     await runtime.adopt()
@@ -255,7 +255,7 @@ async def test_job_deleted_outside_gpufed_reports_failed(
 
 
 async def test_watch_relists_after_410_gone_and_keeps_reporting(
-    make_runtime: Any, cluster: Cluster, events: EventLog
+    make_runtime: MakeRuntime, cluster: Cluster, events: EventLog
 ) -> None:
     gone: list[object] = []
 
