@@ -37,7 +37,9 @@ def build_hub(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(settings.resolved_store_url())
     bus = Bus(BusSettings(url=settings.nats_url, name=bus_name))
-    policy_text = settings.policy_file.read_text() if settings.policy_file and not policy else None
+    policy_text = None
+    if settings.policy_file is not None and policy is None:
+        policy_text = settings.policy_file.read_text()
     service = HubService(settings, store, bus, policy, policy_file_text=policy_text)
     return Hub(service, store, create_app(service))
 
