@@ -229,6 +229,7 @@ class LocalProvider:
                 )
         except OSError as exc:
             raise RetryableBurstError(f"cannot start spoke {request.burst_id}: {exc}") from exc
+        _wait_for_cmdline(proc)
         self._procs[request.burst_id] = proc
         return _Record(
             burst_id=request.burst_id,
@@ -326,3 +327,20 @@ class LocalProvider:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"instances": kept}, indent=1), encoding="utf-8")
         os.replace(tmp, path)  # atomic: a crash leaves the old file or the new one
+
+
+def _wait_for_cmdline(proc: subprocess.Popen[bytes], limit_s: float = 2.0) -> None:
+    """Until the child's /proc cmdline shows its arguments (blocking: run in a thread).
+
+    Popen returns once exec has begun, but the kernel sets the new program's arguments a
+    moment later; until then /proc/<pid>/cmdline is empty, which `_alive` (of this provider
+    or of one started after it) would read as a dead process.
+    """
+    deadline = time.monotonic() + limit_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            return  # no /proc here: nothing to wait for
+        time.sleep(0.002)
