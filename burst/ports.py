@@ -14,8 +14,10 @@ from schemas.burst import InstanceEvent, InstanceState, Market
 class LaunchRequest:
     """One instance to start. `burst_id` is the idempotency key and the spoke's id.
 
-    `spoke_token` is the one-time token the spoke joins the hub with; it is put in the
-    instance's user data, never logged.
+    `spoke_creds` is the NATS credential (a `.creds` text) minted for this instance alone,
+    confined to its spoke id's subjects and revoked when it is released; the provider hands it
+    to the instance as a file (mode 0600), never on a command line, never logged. None: the
+    bus has no auth (a test server).
     """
 
     burst_id: str
@@ -26,11 +28,11 @@ class LaunchRequest:
     price_per_hour: float
     gpu_model: str
     gpu_count: int
-    spoke_token: str
+    spoke_creds: str | None
     workload_ids: tuple[str, ...] = ()
 
     @classmethod
-    def from_launch(cls, launch: Launch, spoke_token: str) -> LaunchRequest:
+    def from_launch(cls, launch: Launch, spoke_creds: str | None) -> LaunchRequest:
         """The request that carries out a planned launch."""
         return cls(
             burst_id=launch.request_id,
@@ -41,7 +43,7 @@ class LaunchRequest:
             price_per_hour=launch.price_per_hour,
             gpu_model=launch.gpu_model,
             gpu_count=launch.gpu_count,
-            spoke_token=spoke_token,
+            spoke_creds=spoke_creds,
             workload_ids=launch.workload_ids,
         )
 
@@ -49,8 +51,23 @@ class LaunchRequest:
     def offer(self) -> OfferKey:
         return OfferKey(self.instance_type, self.region, self.market)
 
-    def __repr__(self) -> str:  # keep the token out of logs and tracebacks
+    def __repr__(self) -> str:  # keep the credential out of logs and tracebacks
         return f"LaunchRequest(burst_id={self.burst_id!r}, instance_type={self.instance_type!r})"
+
+
+class CredentialIssuer(Protocol):
+    """Mints and revokes the NATS credential of one burst instance's spoke."""
+
+    def mint(self, spoke_id: str, now: float) -> str:
+        """The `.creds` text for spoke `spoke_id`, valid from `now` for a bounded time."""
+        ...
+
+    async def revoke(self, spoke_ids: list[str], now: float) -> None:
+        """Revoke every credential minted for these ids (idempotent; returns when in force).
+
+        Raises an exception when the bus cannot be reached: the caller retries later.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -33,7 +32,7 @@ from burst.core.model import BurstPlan, BurstPolicy, CloudInstance, Launch, Plan
 from burst.core.planner import plan_burst
 from burst.core.state import accrue_spend, commit_plan, record_capacity_error
 from burst.errors import BurstError, InsufficientCapacityError
-from burst.ports import InstanceInfo, LaunchRequest, Provisioner
+from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
 from bus.client import Bus
 from schemas import subjects
@@ -85,8 +84,10 @@ class BurstController:
         catalog: Catalog,
         policy: BurstPolicy,
         clock: Callable[[], float] = time.time,
+        issuer: CredentialIssuer | None = None,
     ) -> None:
         self.settings = settings
+        self.issuer = issuer  # None: the bus has no auth, instances get no credential
         self.bus = bus
         self.provider = provider
         self.catalog = catalog
@@ -102,6 +103,7 @@ class BurstController:
         self._accrued_at = 0.0
         self._next_reconcile = 0.0
         self._last_skips: tuple[tuple[str, str, int], ...] = ()
+        self._unrevoked: set[str] = set()  # ended instances whose credential is still valid
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, load the hub's record of the fleet, reconcile it, then plan every tick."""
@@ -151,6 +153,7 @@ class BurstController:
         )
         self._accrued_at = now
         await self._publish_joins(now)
+        await self._revoke_ended(now)
         demand = self.demand or DemandReport(sent_at=now, seq=0)
         plan = plan_burst(
             demand,
@@ -345,8 +348,9 @@ class BurstController:
         record = _Instance(event, launched_at=now, watched_since=now)
         self.fleet[burst_id] = record
         await self._publish(event, f"{burst_id}-{event.state.value}")
-        # The token is for the spoke to join with; it is never logged or published.
-        request = LaunchRequest.from_launch(launch, secrets.token_hex(16))
+        # The credential is this instance's alone; it is never logged or published.
+        creds = self.issuer.mint(burst_id, now) if self.issuer is not None else None
+        request = LaunchRequest.from_launch(launch, creds)
         try:
             info = await self.provider.launch(request)
         except Exception as exc:
@@ -494,6 +498,20 @@ class BurstController:
             return
         for info in swept:
             log.warning("burst_orphan_swept", burst_id=info.burst_id, team=info.team)
+            self._unrevoked.add(info.burst_id)
+        await self._revoke_ended(now)
+
+    async def _revoke_ended(self, now: float) -> None:
+        """Revoke the NATS credentials of ended instances (retried next round on failure)."""
+        if self.issuer is None or not self._unrevoked:
+            return
+        ids = sorted(self._unrevoked)
+        try:
+            await self.issuer.revoke(ids, now)
+        except Exception as exc:
+            log.warning("burst_revoke_failed", burst_ids=ids, error=str(exc))
+            return
+        self._unrevoked.difference_update(ids)
 
     # --- publishing ---
 
@@ -507,6 +525,9 @@ class BurstController:
         )
         record.event = event
         await self._publish(event, f"{event.burst_id}-{state.value}")
+        if not state.active:  # released, failed or gone: its credential ends with it
+            self._unrevoked.add(event.burst_id)
+            await self._revoke_ended(now)
 
     async def _publish(self, event: InstanceEvent, msg_id: str) -> None:
         await self.bus.publish_durable(

@@ -27,6 +27,18 @@ class BurstSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     nats_url: str = "nats://127.0.0.1:4222"
+    nats_creds: Path | None = Field(default=None, description="The controller's .creds file.")
+    nats_ca: Path | None = Field(
+        default=None, description="CA of the NATS server (TLS); cloud spokes get it too."
+    )
+    nats_issuer: Path | None = Field(
+        default=None,
+        description="Issuer file (0600) to mint and revoke per-instance spoke credentials; "
+        "None: cloud spokes get no credential (only for a NATS server without auth).",
+    )
+    instance_credential_ttl_s: int = Field(
+        default=12 * 3600, ge=60, description="Lifetime of an instance's NATS credential."
+    )
     provider: Literal["local", "aws"] = "local"
     tick_s: float = Field(default=2.0, gt=0, description="Seconds between planning rounds.")
     id_prefix: str = Field(

@@ -5,20 +5,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import nats
 import nats.errors
 import nats.js.errors
 import structlog
-from nats.aio.client import Client
+from nats.aio.client import Client, RawCredentials
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StreamConfig
 
+from bus.tls import client_context
 from schemas import burst, subjects
 
 log = structlog.get_logger(__name__)
+
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@\s:,]*)(?P<password>:[^/@\s,]*)?@"
+)
+
+
+def mask_url(text: str) -> str:
+    """`text` with the password of every URL in it replaced by `***` (a lone user part is a
+    token, masked too): `nats://hub:***@host:4222`, `nats://***@host:4222`."""
+
+    def masked(m: re.Match[str]) -> str:
+        if m["password"] is None:
+            return f"{m['scheme']}***@"
+        return f"{m['scheme']}{m['user']}:***@"
+
+    return _URL_USERINFO.sub(masked, text)
+
 
 #: How long JetStream remembers a Nats-Msg-Id; a retried publish inside it is dropped as a repeat.
 DUPLICATE_WINDOW_S = 120.0
@@ -38,9 +57,12 @@ class BusSettings:
     max_outstanding_pings: int = 3
     connect_timeout_s: float = 2.0
     publish_timeout_s: float = 2.0
-    user_credentials: str | None = None
-    token: str | None = None
+    #: A `.creds` file (path), or the creds text itself as `nats.aio.client.RawCredentials`.
+    user_credentials: str | RawCredentials | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
     inbox_prefix: str | None = None
+    #: CA file that signed the server's certificate (for tls:// URLs); None: the system's CAs.
+    tls_ca: str | None = None
 
 
 class Bus:
@@ -85,6 +107,8 @@ class Bus:
                     kwargs["token"] = s.token
                 if s.inbox_prefix:
                     kwargs["inbox_prefix"] = s.inbox_prefix
+                if s.tls_ca:
+                    kwargs["tls"] = client_context(s.tls_ca)
                 self._nc = await nats.connect(
                     s.url,
                     name=s.name,
@@ -104,12 +128,17 @@ class Bus:
             except (TimeoutError, OSError, nats.errors.Error) as exc:
                 if deadline is not None and loop.time() > deadline:
                     raise
-                log.warning("nats_connect_retry", url=s.url, error=str(exc), delay_s=delay)
+                log.warning(
+                    "nats_connect_retry",
+                    url=mask_url(s.url),
+                    error=mask_url(str(exc)),
+                    delay_s=delay,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self._js = self._nc.jetstream(timeout=s.publish_timeout_s)
         self.connected.set()
-        log.info("nats_connected", url=s.url, name=s.name)
+        log.info("nats_connected", url=mask_url(s.url), name=s.name)
 
     async def close(self) -> None:
         """Flush what is buffered and close (no drain: a pending pull would stall it)."""
@@ -234,16 +263,16 @@ class Bus:
     # --- connection callbacks: NATS reports permission denials only here ---
 
     async def _on_error(self, exc: Exception) -> None:
-        log.warning("nats_error", error=str(exc) or type(exc).__name__)
+        log.warning("nats_error", error=mask_url(str(exc)) or type(exc).__name__)
 
     async def _on_disconnect(self) -> None:
         self.connected.clear()
-        log.warning("nats_disconnected", url=self.settings.url)
+        log.warning("nats_disconnected", url=mask_url(self.settings.url))
 
     async def _on_reconnect(self) -> None:
         self.connected.set()
         self.reconnected.set()
-        log.info("nats_reconnected", url=self.settings.url)
+        log.info("nats_reconnected", url=mask_url(self.settings.url))
 
     async def _on_closed(self) -> None:
         self.connected.clear()

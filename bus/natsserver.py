@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -13,7 +14,9 @@ from types import TracebackType
 
 import structlog
 
+from bus.authority import NatsAuthority
 from bus.processes import stop_process
+from bus.tls import TlsFiles
 
 log = structlog.get_logger(__name__)
 
@@ -49,18 +52,32 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedNats:
     """A nats-server child process with JetStream, bound to 127.0.0.1.
 
-    Stopped by its own process handle, never by name. Usable as a context manager.
+    With an `authority` it runs in operator mode: every client needs a user JWT of that
+    operator's accounts (see bus.authority). With `tls` clients must use TLS (and verify the
+    server against the CA). Stopped by its own process handle, never by name. Usable as a
+    context manager.
     """
 
-    def __init__(self, data_dir: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        *,
+        authority: NatsAuthority | None = None,
+        tls: TlsFiles | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
+        self.authority = authority
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        scheme = "tls" if self.tls else "nats"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def exited(self) -> bool:
@@ -86,8 +103,7 @@ class EmbeddedNats:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.log_file, "ab")  # noqa: SIM115
-        cmd = [str(find_binary()), "-a", self.host, "-p", str(self.port), "-js"]
-        cmd += ["-sd", str(self.data_dir / "jetstream")]
+        cmd = [str(find_binary()), "-c", str(self._write_config())]
         self._proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file)
         log_file.close()
         deadline = time.monotonic() + timeout
@@ -104,6 +120,20 @@ class EmbeddedNats:
                 time.sleep(0.02)
         self.stop()
         raise NatsServerError(f"nats-server did not accept connections within {timeout}s")
+
+    def _write_config(self) -> Path:
+        # Everything in a file (no secret in argv); JWTs are public, the keys stay elsewhere.
+        lines = [
+            f"listen: {json.dumps(f'{self.host}:{self.port}')}",
+            f"jetstream {{ store_dir: {json.dumps(str(self.data_dir / 'jetstream'))} }}",
+        ]
+        if self.tls is not None:
+            lines.append(self.tls.server_block())
+        if self.authority is not None:
+            lines.append(self.authority.server_config(self.data_dir / "accounts"))
+        path = self.data_dir / "nats.conf"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop our server (SIGTERM, then SIGKILL). Safe to call twice."""

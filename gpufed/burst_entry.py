@@ -35,6 +35,7 @@ _RENAMED = {
     "spoke_heartbeat": "spoke_heartbeat_s",
     "stop_grace": "local_stop_grace_s",
     "allow_team": "allowed_teams",
+    "credential_ttl": "instance_credential_ttl_s",
     "region": "regions",
     "aws_subnet": "aws_subnet_ids",
     "aws_security_group": "aws_security_group_ids",
@@ -48,6 +49,14 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
         "burst", help="run the cloud burst controller (launches and releases cloud spokes)"
     )
     p.add_argument("--nats-url", help="hub NATS URL (default nats://127.0.0.1:4222)")
+    p.add_argument("--nats-creds", type=Path, help="this controller's NATS .creds file")
+    p.add_argument("--nats-ca", type=Path, help="CA of the NATS server's certificate (TLS)")
+    p.add_argument(
+        "--nats-issuer",
+        type=Path,
+        help="issuer file: mint and revoke a NATS credential per cloud instance",
+    )
+    p.add_argument("--credential-ttl", type=int, help="s an instance credential lives (43200)")
     p.add_argument("--provider", choices=["local", "aws"], help="default local")
     p.add_argument("--tick", type=float, help="s between planning rounds (2)")
     p.add_argument("--id-prefix", help="start of burst ids; stable per deployment (burst)")

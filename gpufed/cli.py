@@ -31,10 +31,15 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true", help="submit a mixed workload and report")
     up.add_argument("--data-dir", type=Path, default=Path(".gpufed"))
     up.add_argument("--api-port", type=int, default=8080)
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="NATS over TLS with a generated local CA (<data-dir>/secrets/tls/ca.pem)",
+    )
     up.set_defaults(func=_up)
 
     hub = sub.add_parser("hub", help="run the hub (policy, placement, REST API)")
-    hub.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    _add_nats_flags(hub)
     hub.add_argument("--store-url", default=None, help="SQLAlchemy URL (default SQLite)")
     hub.add_argument("--data-dir", type=Path, default=Path(".gpufed/hub"))
     hub.add_argument("--api-host", default="127.0.0.1")
@@ -53,12 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--id", required=True)
     spoke.add_argument("--region", required=True)
     spoke.add_argument("--kind", choices=["onprem", "cloud"], default="onprem")
-    spoke.add_argument("--nats-url", default="nats://127.0.0.1:4222")
-    spoke.add_argument(
-        "--token",
-        default=os.environ.get("GPUFED_NATS_TOKEN"),
-        help="NATS auth token (a burst instance's join token; default $GPUFED_NATS_TOKEN)",
-    )
+    _add_nats_flags(spoke)
     spoke.add_argument(
         "--inventory", default="nvml", help="static:FILE (simulated GPUs), nvml or kubernetes"
     )
@@ -101,7 +101,7 @@ def _up(args: argparse.Namespace) -> int:
     from gpufed.up import run_up
 
     logs.configure(level="warning")  # the processes log to files; this terminal shows progress
-    return run_up(data_dir=args.data_dir, api_port=args.api_port, demo=args.demo)
+    return run_up(data_dir=args.data_dir, api_port=args.api_port, demo=args.demo, tls=args.tls)
 
 
 def _hub(args: argparse.Namespace) -> int:
@@ -112,6 +112,8 @@ def _hub(args: argparse.Namespace) -> int:
     logs.configure()
     settings = HubSettings(
         nats_url=args.nats_url,
+        nats_creds=args.nats_creds,
+        nats_ca=args.nats_ca,
         store_url=args.store_url,
         data_dir=args.data_dir,
         api_host=args.api_host,
@@ -144,7 +146,10 @@ def _spoke(args: argparse.Namespace) -> int:
             region=args.region,
             kind=args.kind,
             nats_url=args.nats_url,
-            nats_token=args.token,
+            nats_creds=args.nats_creds,
+            nats_ca=args.nats_ca,
+            # A token is a secret: from the environment only, never a flag (argv is public).
+            nats_token=os.environ.get("GPUFED_NATS_TOKEN") or None,
             inventory=args.inventory,
             runtime=args.runtime,
             state_dir=args.state_dir,
@@ -161,6 +166,33 @@ def _spoke(args: argparse.Namespace) -> int:
         print(f"gpufed spoke: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _add_nats_flags(p: argparse.ArgumentParser) -> None:
+    """--nats-url, --nats-creds, --nats-ca: secrets only as files or environment, never argv."""
+    p.add_argument(
+        "--nats-url",
+        default=os.environ.get("GPUFED_NATS_URL", "nats://127.0.0.1:4222"),
+        help="NATS URL (default $GPUFED_NATS_URL or nats://127.0.0.1:4222); a URL with a "
+        "password belongs in $GPUFED_NATS_URL, not on the command line",
+    )
+    p.add_argument(
+        "--nats-creds",
+        type=Path,
+        default=_env_path("GPUFED_NATS_CREDS"),
+        help="NATS user credentials file (.creds, mode 0600; default $GPUFED_NATS_CREDS)",
+    )
+    p.add_argument(
+        "--nats-ca",
+        type=Path,
+        default=_env_path("GPUFED_NATS_CA"),
+        help="CA file the NATS server's certificate is checked against (tls:// URLs)",
+    )
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
 
 
 def _pair(item: str) -> tuple[str, str]:

@@ -19,10 +19,17 @@ from pathlib import Path
 
 import yaml
 
+from nats.aio.client import RawCredentials
+
 from burst.catalog import load_catalog
 from burst.providers.local import STATE_FILE, LocalProvider
+from bus import identities
+from bus.authority import NatsAuthority, write_secret
+from bus.client import BusSettings
+from bus.jwt import Permissions
 from bus.natsserver import EmbeddedNats, free_port
 from bus.processes import stop_process, stop_processes
+from bus.tls import TlsFiles, ensure_local_ca
 from gpufed.backoff import Backoff, crashes_in_a_row, restart_delay
 from gpufed.client import ApiError, HubClient
 
@@ -67,6 +74,7 @@ class Federation:
         spoke_args: tuple[str, ...] = ("--stop-workloads-on-exit",),
         burst_args: tuple[str, ...] | None = None,
         backoff: Backoff = RESTART_BACKOFF,
+        tls: bool = False,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
@@ -74,7 +82,14 @@ class Federation:
         self.spoke_args = spoke_args
         self.burst_args = burst_args  # None: no burst controller
         self.api_port = api_port or free_port()
-        self.nats = EmbeddedNats(self.data_dir / "nats")
+        # NATS always runs with auth: every process gets its own confined credential as a
+        # file only its owner reads (never in argv); with `tls` clients also check a local CA.
+        self.secrets_dir = self.data_dir / "secrets"
+        self.secrets_dir.mkdir(parents=True, exist_ok=True)
+        self.secrets_dir.chmod(0o700)
+        self.authority = NatsAuthority.open(self.secrets_dir / "nats", int(time.time()))
+        self.tls: TlsFiles | None = ensure_local_ca(self.secrets_dir / "tls") if tls else None
+        self.nats = EmbeddedNats(self.data_dir / "nats", authority=self.authority, tls=self.tls)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order
         self.backoff = backoff
@@ -104,6 +119,7 @@ class Federation:
                 "burst",
                 "--provider", "local",
                 "--nats-url", self.nats.url,
+                *self.burst_nats_args(),
                 "--state-dir", str(self.burst_dir),
                 "--spoke-heartbeat", "1",
                 *(self.burst_args or ()),
@@ -120,6 +136,7 @@ class Federation:
             [
                 "hub",
                 "--nats-url", self.nats.url,
+                *self.nats_args(identities.HUB, identities.hub_permissions()),
                 "--data-dir", str(self.data_dir / "hub"),
                 "--api-port", str(self.api_port),
                 *self.hub_args,
@@ -143,6 +160,7 @@ class Federation:
                 "--id", spoke.id,
                 "--region", spoke.region,
                 "--nats-url", nats_url or self.nats.url,
+                *self.nats_args(spoke.id, identities.spoke_permissions(spoke.id)),
                 "--inventory", f"static:{inventory}",
                 "--runtime", "local",
                 "--state-dir", str(self.data_dir / "spokes"),
@@ -150,6 +168,36 @@ class Federation:
                 *self.spoke_args,
             ],
         )  # fmt: skip
+
+    def nats_args(self, name: str, permissions: Permissions) -> list[str]:
+        """`--nats-creds FILE` (a fresh credential for `name`) and `--nats-ca` with TLS."""
+        issued = self.authority.issue(name, permissions, now=int(time.time()))
+        creds = write_secret(self.secrets_dir / "creds" / f"{name}.creds", issued.creds)
+        args = ["--nats-creds", str(creds)]
+        if self.tls is not None:
+            args += ["--nats-ca", str(self.tls.ca_file)]
+        return args
+
+    def burst_nats_args(self) -> list[str]:
+        """The burst controller's own credential and the issuer of its instances' ones."""
+        issuer = self.authority.write_issuer(
+            self.secrets_dir / "burst-issuer.json", int(time.time())
+        )
+        return [
+            *self.nats_args(identities.BURST, identities.burst_permissions()),
+            "--nats-issuer", str(issuer),
+        ]  # fmt: skip
+
+    def client_settings(self, name: str) -> BusSettings:
+        """Bus settings for a tool or test that acts with the hub's rights (in memory)."""
+        issued = self.authority.issue(name, identities.hub_permissions(), now=int(time.time()))
+        return BusSettings(
+            url=self.nats.url,
+            name=name,
+            user_credentials=RawCredentials(issued.creds),
+            inbox_prefix=identities.inbox_prefix(identities.HUB),
+            tls_ca=str(self.tls.ca_file) if self.tls else None,
+        )
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the API answers and every spoke has reported."""
@@ -277,7 +325,7 @@ class Federation:
                 )
 
 
-def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
+def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False) -> int:
     """Run the embedded federation until Ctrl-C (or, with `demo`, until the demo ends)."""
     if demo:
         data_dir = data_dir / "demo"
@@ -287,7 +335,7 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
     # The demo wants to show a burst and a release within a minute; a long-running federation
     # waits longer before renting and before giving back.
     timings = DEMO_BURST if demo else ("--burst-after", "30", "--idle-ttl", "120")
-    fed = Federation(data_dir, api_port, burst_args=timings)
+    fed = Federation(data_dir, api_port, burst_args=timings, tls=tls)
     print(f"gpufed: starting NATS, the hub and {len(fed.fleet)} spokes (logs in {fed.log_dir})")
     result: tuple[int, int] | None = None
     try:
@@ -316,7 +364,7 @@ def run_up(data_dir: Path, api_port: int, demo: bool) -> int:
 
 
 def _banner(fed: Federation) -> None:
-    print(f"  NATS    {fed.nats.url}")
+    print(f"  NATS    {fed.nats.url}   (per-process credentials in {fed.secrets_dir})")
     print(f"  API     {fed.api_url}   (export GPUFED_API={fed.api_url})")
     for s in fed.fleet:
         print(f"  spoke   {s.id:6} region {s.region}: {s.nodes} node(s) x {s.gpus} {s.model}")

@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 
 class HubSettings(BaseModel):
     nats_url: str = "nats://127.0.0.1:4222"
+    nats_creds: Path | None = Field(default=None, description="NATS .creds file (0600).")
+    nats_ca: Path | None = Field(default=None, description="CA of the NATS server (TLS).")
     store_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default SQLite under data_dir."
     )

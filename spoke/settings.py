@@ -15,6 +15,8 @@ class SpokeSettings(BaseModel):
     kind: SpokeKind = SpokeKind.ONPREM
     nats_url: str = "nats://127.0.0.1:4222"
     nats_token: str | None = Field(default=None, repr=False)
+    nats_creds: Path | None = Field(default=None, description="NATS .creds file (0600).")
+    nats_ca: Path | None = Field(default=None, description="CA of the NATS server (TLS).")
     inventory: str = "static:inventory.yaml"
     runtime: str = "local"
     state_dir: Path = Path(".gpufed/spokes")

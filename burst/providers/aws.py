@@ -139,7 +139,7 @@ class AwsProvider:
             burst_id=request.burst_id,
             region=request.region,
             nats_url=self._config.nats_url,
-            token=request.spoke_token,
+            creds=request.spoke_creds,
             labels={
                 "instance-type": request.instance_type,
                 "market": request.market.value,

@@ -29,6 +29,7 @@ import yaml
 from burst.catalog import Catalog
 from burst.errors import PermanentBurstError, RetryableBurstError
 from burst.ports import InstanceInfo, LaunchRequest
+from bus.authority import write_secret
 from schemas.burst import InstanceState, Market
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,7 @@ class LocalProvider:
         *,
         stop_grace_s: float = 15.0,
         clock: Callable[[], float] = time.time,
+        nats_ca: Path | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.nats_url = nats_url
@@ -78,6 +80,7 @@ class LocalProvider:
         self.python = python
         self.heartbeat_s = heartbeat_s
         self.stop_grace_s = stop_grace_s
+        self.nats_ca = nats_ca
         self._clock = clock
         self._lock = asyncio.Lock()
         # Handles of the processes this object started: polling them reaps exited children.
@@ -199,12 +202,22 @@ class LocalProvider:
         }
         inventory.write_text(yaml.safe_dump({"nodes": [node]}), encoding="utf-8")
         price_per_gpu_hour = request.price_per_hour / max(gpu_count, 1)
+        nats_flags: list[str] = []
+        if request.spoke_creds is not None:
+            # The instance's own credential, as a file only its owner reads (never argv).
+            creds = write_secret(
+                self.state_dir / "creds" / f"{request.burst_id}.creds", request.spoke_creds
+            )
+            nats_flags += ["--nats-creds", str(creds)]
+        if self.nats_ca is not None:
+            nats_flags += ["--nats-ca", str(self.nats_ca)]
         command = [
             self.python, "-m", "gpufed", "spoke",
             "--id", request.burst_id,
             "--region", request.region,
             "--kind", "cloud",
             "--nats-url", self.nats_url,
+            *nats_flags,
             "--inventory", f"static:{inventory}",
             "--runtime", "local",
             "--state-dir", str(self.state_dir / "spokes"),

@@ -27,7 +27,7 @@ if [ ! -x /opt/gpufed/venv/bin/gpufed ]; then
   python3 -m venv /opt/gpufed/venv
   /opt/gpufed/venv/bin/pip install --quiet {{ package }}
 fi
-cat > /etc/systemd/system/gpufed-spoke.service <<'UNIT'
+{{ creds_file }}cat > /etc/systemd/system/gpufed-spoke.service <<'UNIT'
 [Unit]
 Description=gpufed spoke {{ burst_id }}
 After=network-online.target
@@ -41,8 +41,7 @@ RestartSec=5
 [Install]
 WantedBy=multi-user.target
 UNIT
-# The unit holds the one-time join token: root only.
-chmod 0600 /etc/systemd/system/gpufed-spoke.service
+chmod 0644 /etc/systemd/system/gpufed-spoke.service
 systemctl daemon-reload
 systemctl enable --now gpufed-spoke.service
 """
@@ -55,11 +54,12 @@ class SpokeBoot:
     burst_id: str
     region: str
     nats_url: str
-    token: str
+    creds: str | None = field(default=None, repr=False)
     labels: Mapping[str, str] = field(default_factory=dict)
     price_per_gpu_hour: float = 0.0
     package: str = "gpufed[nvml]"
     gpufed_bin: str = "/opt/gpufed/venv/bin/gpufed"
+    creds_path: str = "/etc/gpufed/nats.creds"
 
     def command(self) -> str:
         """The `gpufed spoke` command line the instance runs."""
@@ -74,8 +74,7 @@ class SpokeBoot:
             "cloud",
             "--nats-url",
             self.nats_url,
-            "--token",
-            self.token,
+            *(["--nats-creds", self.creds_path] if self.creds is not None else []),
             "--inventory",
             "nvml",
             "--runtime",
@@ -95,18 +94,23 @@ def render_user_data(template: str, boot: SpokeBoot) -> str:
     or a result over EC2's 16 KiB limit.
 
     Placeholders: burst_id, region, nats_url, package (shell-quoted), command (the full
-    `gpufed spoke ...` line). The token appears only inside `command`.
+    `gpufed spoke ...` line) and creds_file (the lines writing the instance's NATS credential
+    to `creds_path`, mode 0600; the command line only names the file).
     """
     values = {
+        "creds_file": _creds_file(boot),
         "burst_id": boot.burst_id,
         "region": boot.region,
         "nats_url": boot.nats_url,
         "package": shlex.quote(boot.package),
         "command": boot.command(),
     }
-    unknown = sorted({name for name in _PLACEHOLDER.findall(template) if name not in values})
+    used = set(_PLACEHOLDER.findall(template))
+    unknown = sorted(name for name in used if name not in values)
     if unknown:
         raise ValueError(f"user data template has unknown placeholders: {', '.join(unknown)}")
+    if boot.creds is not None and "creds_file" not in used:
+        raise ValueError("user data template has no {{ creds_file }}: the spoke could not join")
     rendered = _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
     size = len(rendered.encode())
     if size > MAX_USER_DATA_BYTES:
@@ -114,7 +118,26 @@ def render_user_data(template: str, boot: SpokeBoot) -> str:
     return rendered
 
 
+_CREDS_LINE = re.compile(r"^[A-Za-z0-9._=*\- ]*$")
+
+
+def _creds_file(boot: SpokeBoot) -> str:
+    if boot.creds is None:
+        return ""
+    lines = boot.creds.strip("\n").split("\n")
+    if not all(_CREDS_LINE.match(line) and line != "CREDS" for line in lines):
+        raise ValueError("NATS credential has characters outside a creds file's")  # not echoed
+    _check_safe(boot.creds_path)
+    directory = boot.creds_path.rsplit("/", 1)[0] or "/"
+    body = "\n".join(lines)
+    return (
+        f"install -d -m 0700 {directory}\n"
+        f"(umask 077; cat > {boot.creds_path} <<'CREDS'\n{body}\nCREDS\n)\n"
+        f"chmod 0600 {boot.creds_path}\n"
+    )
+
+
 def _check_safe(value: str) -> None:
     if not _SAFE_VALUE.match(value):
-        # Never echo the value: it may be the token.
+        # Never echo the value.
         raise ValueError("user data value has characters outside [A-Za-z0-9._:/@=+,-]")

@@ -9,6 +9,8 @@ from burst.ports import Provisioner
 from burst.service import BurstController
 from burst.settings import BurstSettings
 from bus.client import Bus, BusSettings
+from bus.identities import BURST, inbox_prefix
+from bus.issuer import InstanceIssuer
 from gpufed.compose.signals import stop_on_signals
 
 
@@ -26,8 +28,24 @@ def build_burst(
         catalog = load_catalog(settings.catalog)
     if provider is None:
         provider = build_provider(settings, catalog)
-    bus = Bus(BusSettings(url=settings.nats_url, name=bus_name))
-    return BurstController(settings, bus, provider, catalog, settings.policy())
+    bus = Bus(
+        BusSettings(
+            url=settings.nats_url,
+            name=bus_name,
+            inbox_prefix=inbox_prefix(BURST),
+            user_credentials=str(settings.nats_creds) if settings.nats_creds else None,
+            tls_ca=str(settings.nats_ca) if settings.nats_ca else None,
+        )
+    )
+    issuer = None
+    if settings.nats_issuer is not None:
+        issuer = InstanceIssuer(
+            settings.nats_issuer,
+            settings.nats_url,
+            ttl_s=settings.instance_credential_ttl_s,
+            tls_ca=str(settings.nats_ca) if settings.nats_ca else None,
+        )
+    return BurstController(settings, bus, provider, catalog, settings.policy(), issuer=issuer)
 
 
 async def serve_burst(controller: BurstController, stop: asyncio.Event | None = None) -> None:
@@ -49,6 +67,7 @@ def build_provider(settings: BurstSettings, catalog: Catalog) -> Provisioner:
             settings.python,
             settings.spoke_heartbeat_s,
             stop_grace_s=settings.local_stop_grace_s,
+            nats_ca=settings.nats_ca,
         )
     from burst.providers.aws import AwsLaunchConfig, AwsProvider, ec2_client_factory
 

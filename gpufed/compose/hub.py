@@ -11,6 +11,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from bus.client import Bus, BusSettings
+from bus.identities import HUB, inbox_prefix
 from gpufed.compose.signals import stop_on_signals
 from hub.api import create_app
 from hub.core.policy import Policy
@@ -36,7 +37,15 @@ def build_hub(
     """A hub from its settings; `policy` (tests) overrides `settings.policy_file`."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(settings.resolved_store_url())
-    bus = Bus(BusSettings(url=settings.nats_url, name=bus_name))
+    bus = Bus(
+        BusSettings(
+            url=settings.nats_url,
+            name=bus_name,
+            inbox_prefix=inbox_prefix(HUB),
+            user_credentials=str(settings.nats_creds) if settings.nats_creds else None,
+            tls_ca=str(settings.nats_ca) if settings.nats_ca else None,
+        )
+    )
     policy_text = None
     if settings.policy_file is not None and policy is None:
         policy_text = settings.policy_file.read_text()

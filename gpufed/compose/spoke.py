@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.client import Bus, BusSettings
+from bus.identities import inbox_prefix
 from gpufed.compose.signals import stop_on_signals
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
@@ -31,8 +32,10 @@ def build_spoke(
             url=settings.nats_url,
             name=f"gpufed-spoke-{settings.id}",
             # Per-spoke NATS users may only subscribe below their own inbox prefix.
-            inbox_prefix=f"_INBOX_{settings.id}",
+            inbox_prefix=inbox_prefix(settings.id),
             token=settings.nats_token,
+            user_credentials=str(settings.nats_creds) if settings.nats_creds else None,
+            tls_ca=str(settings.nats_ca) if settings.nats_ca else None,
         )
     )
     return SpokeAgent(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -9,6 +10,7 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
+from bus.authority import NatsAuthority
 from bus.natsserver import EmbeddedNats
 from gpufed.up import Federation, SimSpoke
 from tests.integration.fed import InProcessFederation
@@ -24,8 +26,20 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
 
 
 @pytest.fixture
-async def fed(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[InProcessFederation]:
-    federation = InProcessFederation(nats_server.url, tmp_path)
+def secure_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    """A nats-server in operator mode: every client needs a credential of its authority."""
+    authority = NatsAuthority.open(tmp_path / "nats-authority", int(time.time()))
+    server = EmbeddedNats(tmp_path / "secure-nats", authority=authority).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def fed(secure_nats: EmbeddedNats, tmp_path: Path) -> AsyncIterator[InProcessFederation]:
+    """Hub and spokes in this loop, each with its own confined credential, as `gpufed up`."""
+    federation = InProcessFederation(secure_nats.url, tmp_path, authority=secure_nats.authority)
     try:
         yield federation
     finally:

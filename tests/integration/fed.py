@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from nats.aio.client import RawCredentials
 
+from bus import identities
+from bus.authority import NatsAuthority, write_secret
+from bus.client import BusSettings
+from bus.jwt import Permissions
 from gpufed.compose.hub import build_hub
 from gpufed.compose.spoke import RuntimeFactory, build_spoke
 from hub.core.policy import Policy
@@ -33,10 +39,17 @@ def nodes(prefix: str, count: int, gpus: int, model: str) -> list[NodeInventory]
 class InProcessFederation:
     """Start and stop a hub and spokes; talk to the hub's REST API without a socket."""
 
-    def __init__(self, nats_url: str, root: Path, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        nats_url: str,
+        root: Path,
+        policy: Policy | None = None,
+        authority: NatsAuthority | None = None,
+    ) -> None:
         self.nats_url = nats_url
         self.root = root
         self.policy = policy
+        self.authority = authority  # the server's: hub and spokes get confined credentials
         self.hub: HubService | None = None
         self.spokes: dict[str, SpokeAgent] = {}
         self._stops: dict[str, asyncio.Event] = {}
@@ -44,7 +57,12 @@ class InProcessFederation:
         self.api: httpx.AsyncClient | None = None
 
     async def start_hub(self, **overrides: Any) -> HubService:
-        settings = HubSettings(nats_url=self.nats_url, data_dir=self.root / "hub", **overrides)
+        settings = HubSettings(
+            nats_url=self.nats_url,
+            data_dir=self.root / "hub",
+            nats_creds=self.creds_file(identities.HUB, identities.hub_permissions()),
+            **overrides,
+        )
         hub = build_hub(settings, self.policy, bus_name="hub")
         self.hub = hub.service
         self._spawn("hub", hub.service.run)
@@ -67,6 +85,7 @@ class InProcessFederation:
             id=spoke_id,
             region=region,
             nats_url=self.nats_url,
+            nats_creds=self.creds_file(spoke_id, identities.spoke_permissions(spoke_id)),
             state_dir=self.root / "spokes",
             heartbeat_s=heartbeat_s,
             stop_grace_s=2.0,
@@ -76,6 +95,26 @@ class InProcessFederation:
         self._spawn(spoke_id, agent.run)
         await asyncio.wait_for(agent.ready.wait(), 10)
         return agent
+
+    def creds_file(self, name: str, permissions: Permissions) -> Path | None:
+        """A fresh credential for `name` as a 0600 file (None when the server has no auth)."""
+        if self.authority is None:
+            return None
+        issued = self.authority.issue(name, permissions, now=int(time.time()))
+        return write_secret(self.root / "creds" / f"{name}.creds", issued.creds)
+
+    def tool_settings(self, name: str = "test") -> BusSettings:
+        """A test's own connection, with the hub's rights (credential in memory)."""
+        creds = None
+        if self.authority is not None:
+            issued = self.authority.issue(name, identities.hub_permissions(), now=int(time.time()))
+            creds = RawCredentials(issued.creds)
+        return BusSettings(
+            url=self.nats_url,
+            name=name,
+            user_credentials=creds,
+            inbox_prefix=identities.inbox_prefix(identities.HUB),
+        )
 
     async def wait_spokes(self, count: int, timeout: float = 10) -> None:
         assert self.hub is not None

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from bus.client import Bus, BusSettings
-from bus.natsserver import EmbeddedNats
+from bus.client import Bus
 from schemas import Phase, SubmitReply, subjects
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
@@ -61,10 +60,10 @@ async def test_rest_refuses_fraction_of_a_gang_and_non_json(fed: InProcessFedera
 
 
 async def test_nats_submit_answers_errors_naming_the_field(
-    fed: InProcessFederation, nats_server: EmbeddedNats
+    fed: InProcessFederation
 ) -> None:
     await fed.start_hub()
-    bus = Bus(BusSettings(url=nats_server.url))
+    bus = Bus(fed.tool_settings())
     await bus.connect()
     bad = await bus.nc.request(subjects.SUBMIT, json.dumps({**GOOD, "nodes": 0}).encode(), 5)
     reply = SubmitReply.model_validate_json(bad.data)
@@ -79,10 +78,10 @@ async def test_nats_submit_answers_errors_naming_the_field(
 
 
 async def test_malformed_messages_are_counted_acked_and_survived(
-    fed: InProcessFederation, nats_server: EmbeddedNats
+    fed: InProcessFederation
 ) -> None:
     hub = await fed.start_hub()
-    bus = Bus(BusSettings(url=nats_server.url))
+    bus = Bus(fed.tool_settings())
     await bus.connect()
     await bus.publish(subjects.capacity("eu-9"), b"not json")
     await bus.publish(subjects.capacity("eu-9"), json.dumps({"spoke_id": "eu-9"}).encode())

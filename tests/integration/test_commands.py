@@ -8,15 +8,14 @@ from pathlib import Path
 
 from nats.aio.msg import Msg
 
-from bus.client import Bus, BusSettings
-from bus.natsserver import EmbeddedNats
+from bus.client import Bus
 from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, subjects
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
 
-async def _bus(url: str) -> Bus:
-    bus = Bus(BusSettings(url=url, name="test"))
+async def _bus(fed: InProcessFederation) -> Bus:
+    bus = Bus(fed.tool_settings())
     await bus.connect()
     await bus.ensure_streams()
     return bus
@@ -47,9 +46,9 @@ def _place(tmp_path: Path, epoch: int = 1, decision: str = "wdup-e1-place") -> P
 
 
 async def test_same_decision_published_twice_runs_once(
-    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+    fed: InProcessFederation, tmp_path: Path
 ) -> None:
-    bus = await _bus(nats_server.url)
+    bus = await _bus(fed)
     events = await _collect_events(bus, "eu-1")
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     command = _place(tmp_path).model_dump_json().encode()
@@ -68,9 +67,9 @@ async def test_same_decision_published_twice_runs_once(
 
 
 async def test_older_epoch_is_never_run(
-    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+    fed: InProcessFederation, tmp_path: Path
 ) -> None:
-    bus = await _bus(nats_server.url)
+    bus = await _bus(fed)
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")
     newer = _place(tmp_path, epoch=2, decision="wdup-e2-place")
@@ -85,9 +84,9 @@ async def test_older_epoch_is_never_run(
 
 
 async def test_malformed_command_is_acked_and_counted(
-    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+    fed: InProcessFederation, tmp_path: Path
 ) -> None:
-    bus = await _bus(nats_server.url)
+    bus = await _bus(fed)
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")
     await bus.publish_durable(subject, b"{not json", "garbage-1")
@@ -103,9 +102,9 @@ async def test_malformed_command_is_acked_and_counted(
 
 
 async def test_assignment_of_a_busy_device_is_rejected(
-    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+    fed: InProcessFederation, tmp_path: Path
 ) -> None:
-    bus = await _bus(nats_server.url)
+    bus = await _bus(fed)
     events = await _collect_events(bus, "eu-1")
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")

@@ -17,6 +17,8 @@ from burst.providers.aws_catalog import refresh_catalog
 from schemas.burst import DemandItem, DemandReport, InstanceState, Market
 from tests.integration.burst.conftest import REGION, RunFailure
 
+CREDS = "-----BEGIN NATS USER JWT-----\neyJhbGc.eyJzdWI.c2ln\n------END NATS USER JWT------\n"
+
 
 def request(burst_id: str = "burst-1-0-abcd1234", **fields: Any) -> LaunchRequest:
     values: dict[str, Any] = {
@@ -28,7 +30,7 @@ def request(burst_id: str = "burst-1-0-abcd1234", **fields: Any) -> LaunchReques
         "price_per_hour": 45.0,
         "gpu_model": "H100",
         "gpu_count": 8,
-        "spoke_token": "tok_secret-1",
+        "spoke_creds": CREDS,
         "workload_ids": ("w1",),
     }
     values.update(fields)
@@ -80,10 +82,14 @@ async def test_launch_tags_the_instance_and_boots_a_spoke(provider: AwsProvider,
     script = base64.b64decode(attribute["UserData"]["Value"]).decode()
     assert (
         "gpufed spoke --id burst-1-0-abcd1234 --region us-east-1 --kind cloud"
-        " --nats-url tls://hub.example.com:4222 --token tok_secret-1"
+        " --nats-url tls://hub.example.com:4222 --nats-creds /etc/gpufed/nats.creds"
         " --inventory nvml --runtime local --price 5.625"
         " --label burst-team=ml --label instance-type=p5.48xlarge --label market=spot"
     ) in script
+
+    # The credential is written to a root-only file; the command line only names it.
+    assert "(umask 077; cat > /etc/gpufed/nats.creds <<'CREDS'\n" + CREDS in script
+    assert "eyJhbGc" not in script.split("ExecStart=")[1]
 
     [described] = await provider.describe(["burst-1-0-abcd1234", "unknown"])
     assert described.provider_instance_id == info.provider_instance_id

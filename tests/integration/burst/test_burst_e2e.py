@@ -60,6 +60,7 @@ class Burst:
             sys.executable, "-m", "gpufed", "burst",
             "--provider", "local",
             "--nats-url", self.fed.nats.url,
+            *self.fed.burst_nats_args(),
             "--catalog", str(catalog),
             "--state-dir", str(self.state_dir),
             "--tick", "0.3",

@@ -194,7 +194,7 @@ async def test_waits_for_the_hub_then_sweeps_processes_no_record_knows(
         price_per_hour=1.0,
         gpu_model="L4",
         gpu_count=1,
-        spoke_token="t",
+        spoke_creds=None,
     )
     info = await harness.provider(settings, CATALOG).launch(orphan)  # e.g. left by a crash
     pid = int(info.provider_instance_id.removeprefix("pid-"))

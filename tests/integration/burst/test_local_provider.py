@@ -30,7 +30,7 @@ def request(burst_id: str, instance_type: str = "sim.a100x4") -> LaunchRequest:
         price_per_hour=8.0,
         gpu_model="A100",
         gpu_count=4,
-        spoke_token="secret",
+        spoke_creds=None,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from gpufed.up import Federation, SimSpoke
 from schemas import SubmitReply, subjects
 from tests.integration.conftest import MakeClient, MakeFederation
@@ -69,7 +69,7 @@ async def test_hub_killed_mid_run_loses_nothing_and_runs_nothing_twice(
         SimSpoke("us-1", "us", nodes=2, gpus=8, model="L4"),
     )
     fed, client = await start_all(make_fed, api, fleet)
-    bus = Bus(BusSettings(url=fed.nats.url, name="drill"))
+    bus = Bus(fed.client_settings("drill"))
     await bus.connect()
     log = tmp_path / "runs.log"
     accepted: list[str] = []

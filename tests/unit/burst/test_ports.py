@@ -11,12 +11,12 @@ LAUNCH = Launch(
 )
 
 
-def test_request_from_a_planned_launch_keeps_the_token_out_of_its_repr() -> None:
-    request = LaunchRequest.from_launch(LAUNCH, "tok_secret")
+def test_request_from_a_planned_launch_keeps_the_credential_out_of_its_repr() -> None:
+    request = LaunchRequest.from_launch(LAUNCH, "SUAsecretseed")
     assert request.burst_id == LAUNCH.request_id
     assert request.offer == LAUNCH.offer
-    assert request.spoke_token == "tok_secret"
-    assert "tok_secret" not in repr(request)
+    assert request.spoke_creds == "SUAsecretseed"
+    assert "SUAsecretseed" not in repr(request)
 
 
 def test_instance_info_becomes_an_instance_event() -> None:

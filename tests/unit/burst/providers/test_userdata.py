@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ BOOT = SpokeBoot(
     burst_id="burst-3-0-abcd1234",
     region="us-east-1",
     nats_url="tls://hub.example.com:4222",
-    token="tok_ABC-123",
+    creds="-----BEGIN NATS USER JWT-----\neyJ0eXAi.eyJzdWIi.sig-_\n------END NATS USER JWT------\n",
     labels={"burst-team": "vision", "instance-type": "p5.48xlarge"},
     package="gpufed[nvml]==0.1.0",
     price_per_gpu_hour=5.625,
@@ -30,20 +31,24 @@ def test_default_template_runs_a_cloud_spoke() -> None:
     assert script.startswith("#!/bin/bash\n")
     assert (
         "ExecStart=/opt/gpufed/venv/bin/gpufed spoke --id burst-3-0-abcd1234 --region us-east-1"
-        " --kind cloud --nats-url tls://hub.example.com:4222 --token tok_ABC-123"
+        " --kind cloud --nats-url tls://hub.example.com:4222 --nats-creds /etc/gpufed/nats.creds"
         " --inventory nvml --runtime local --price 5.625"
         " --label burst-team=vision --label instance-type=p5.48xlarge\n"
     ) in script
     assert "pip install --quiet 'gpufed[nvml]==0.1.0'" in script
     assert "{{" not in script
+    # the credential goes to a file only root reads, never on the command line
+    assert "(umask 077; cat > /etc/gpufed/nats.creds <<'CREDS'\n-----BEGIN NATS USER JWT" in script
+    assert "chmod 0600 /etc/gpufed/nats.creds" in script
+    assert "eyJ0eXAi" not in script.split("ExecStart=")[1]
 
 
 def test_the_command_is_one_gpufed_spoke_accepts() -> None:
     args = _parser().parse_args(BOOT.command().split()[1:])
-    assert (args.id, args.kind, args.token, args.price) == (
+    assert (args.id, args.kind, str(args.nats_creds), args.price) == (
         "burst-3-0-abcd1234",
         "cloud",
-        "tok_ABC-123",
+        "/etc/gpufed/nats.creds",
         5.625,
     )
     assert args.label == ["burst-team=vision", "instance-type=p5.48xlarge"]
@@ -52,7 +57,8 @@ def test_the_command_is_one_gpufed_spoke_accepts() -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        {"token": "x; rm -rf /"},
+        {"creds": "x\nCREDS\nrm -rf /"},
+        {"creds": "$(rm -rf /)"},
         {"nats_url": "nats://$(id)"},
         {"labels": {"a": "b c"}},
         {"burst_id": "a\nExecStartPre=/bin/evil"},
@@ -64,12 +70,12 @@ def test_unsafe_values_are_refused_without_echoing_them(change: dict[str, object
         "burst_id": BOOT.burst_id,
         "region": BOOT.region,
         "nats_url": BOOT.nats_url,
-        "token": BOOT.token,
+        "creds": BOOT.creds,
         "labels": BOOT.labels,
     }
     fields.update(change)
     boot = SpokeBoot(**fields)
-    with pytest.raises(ValueError, match="outside") as caught:
+    with pytest.raises(ValueError, match="outside|characters") as caught:
         render_user_data(DEFAULT_TEMPLATE, boot)
     assert "rm -rf" not in str(caught.value)
 
@@ -78,9 +84,13 @@ def test_unknown_placeholder_and_size_limit() -> None:
     with pytest.raises(ValueError, match="unknown placeholders: nope"):
         render_user_data("{{ nope }} {{ command }}", BOOT)
     with pytest.raises(ValueError, match="at most"):
-        render_user_data("#" * MAX_USER_DATA_BYTES + "{{ command }}", BOOT)
+        render_user_data("#" * MAX_USER_DATA_BYTES + "{{ creds_file }}{{ command }}", BOOT)
 
 
 def test_custom_template() -> None:
-    script = render_user_data("echo {{burst_id}} {{ region }} > /etc/gpufed-id", BOOT)
+    template = "echo {{burst_id}} {{ region }} > /etc/gpufed-id"
+    script = render_user_data(template, dataclasses.replace(BOOT, creds=None))
     assert script == "echo burst-3-0-abcd1234 us-east-1 > /etc/gpufed-id"
+    # with a credential, a template that would not write it is refused
+    with pytest.raises(ValueError, match="creds_file"):
+        render_user_data(template, BOOT)

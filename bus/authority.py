@@ -1,0 +1,180 @@
+"""The embedded federation's NATS trust: operator, accounts, signing keys, creds files.
+
+`NatsAuthority.open(dir)` creates (once) and then reuses, in a directory only its owner can
+read (0700, files 0600):
+
+- an operator with a signing key (the operator seed itself never signs anything else),
+- the system account SYS (a `sys` user pushes account updates: revocations),
+- the GPUFED account, which carries all gpufed traffic, with a signing key for users.
+
+The server trusts the operator JWT and finds account JWTs through its `full` resolver, so it
+checks every identity, permission and expiry itself, also while the hub is down. The issuer file
+(`issuer_file`) is what the burst controller needs to mint and revoke per-instance credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bus import jwt
+from bus.jwt import KeyPair, Permissions
+
+ACCOUNT_NAME = "GPUFED"
+SYSTEM_ACCOUNT_NAME = "SYS"
+_KEYS_FILE = "keys.json"
+_ISSUER_FILE = "issuer.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """A minted user: its creds text (secret), public key and expiry (None: none)."""
+
+    creds: str
+    user: str
+    expires_at: int | None
+
+    def __repr__(self) -> str:
+        return f"Issued(user={self.user!r}, expires_at={self.expires_at!r})"
+
+
+class NatsAuthority:
+    """Operator and accounts of one embedded federation, kept in `directory`."""
+
+    def __init__(self, directory: Path, keys: dict[str, KeyPair], created_at: int) -> None:
+        self.directory = directory
+        self.operator = keys["operator"]
+        self.operator_signer = keys["operator_signer"]
+        self.system_account = keys["system_account"]
+        self.account = keys["account"]
+        self.account_signer = keys["account_signer"]
+        self.created_at = created_at
+
+    @classmethod
+    def open(cls, directory: Path, now: int) -> NatsAuthority:
+        """Load the keys kept in `directory`, creating them on first use."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+        path = directory / _KEYS_FILE
+        if path.exists():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            keys = {name: KeyPair(seed) for name, seed in data["seeds"].items()}
+            return cls(directory, keys, int(data["created_at"]))
+        keys = {
+            "operator": KeyPair.new("operator"),
+            "operator_signer": KeyPair.new("operator"),
+            "system_account": KeyPair.new("account"),
+            "account": KeyPair.new("account"),
+            "account_signer": KeyPair.new("account"),
+        }
+        seeds = {name: kp.seed for name, kp in keys.items()}
+        write_secret(path, json.dumps({"created_at": now, "seeds": seeds}, indent=1))
+        return cls(directory, keys, now)
+
+    # --- what the server trusts (public) ---
+
+    def operator_jwt(self) -> str:
+        return jwt.operator_jwt(
+            self.operator,
+            "gpufed",
+            system_account=self.system_account.public,
+            signing_keys=[self.operator_signer.public],
+            now=self.created_at,
+        )
+
+    def account_jwts(self) -> dict[str, str]:
+        """The accounts as first issued (the resolver keeps newer ones, e.g. revocations)."""
+        return {
+            self.system_account.public: jwt.account_jwt(
+                self.operator_signer,
+                self.system_account.public,
+                SYSTEM_ACCOUNT_NAME,
+                now=self.created_at,
+                jetstream=False,
+            ),
+            self.account.public: jwt.account_jwt(
+                self.operator_signer,
+                self.account.public,
+                ACCOUNT_NAME,
+                now=self.created_at,
+                signing_keys=[self.account_signer.public],
+            ),
+        }
+
+    def server_config(self, resolver_dir: Path) -> str:
+        """The auth part of nats-server's config: operator mode with the `full` resolver."""
+        operator_file = self.directory / "operator.jwt"
+        operator_file.write_text(self.operator_jwt() + "\n", encoding="utf-8")
+        preload = "\n".join(f"  {pub}: {token}" for pub, token in self.account_jwts().items())
+        return (
+            f"operator: {json.dumps(str(operator_file))}\n"
+            f"system_account: {self.system_account.public}\n"
+            "resolver: {\n"
+            "  type: full\n"
+            f"  dir: {json.dumps(str(resolver_dir))}\n"
+            "  allow_delete: false\n"
+            "}\n"
+            f"resolver_preload: {{\n{preload}\n}}\n"
+        )
+
+    # --- users ---
+
+    def issue(
+        self, name: str, permissions: Permissions, *, now: int, ttl_s: int | None = None
+    ) -> Issued:
+        """A new GPUFED user with these permissions (and an expiry `ttl_s` from now)."""
+        return mint(self.account_signer, self.account.public, name, permissions, now, ttl_s)
+
+    def issue_system(self, now: int) -> Issued:
+        """A SYS-account user: may push account JWTs (revocations) to the resolver."""
+        user = KeyPair.new("user")
+        token = jwt.user_jwt(
+            self.system_account, self.system_account.public, user.public, "sys",
+            Permissions(pub_allow=("$SYS.REQ.ACCOUNT.>",), sub_allow=("_INBOX.>",)),
+            now=now,
+        )  # fmt: skip
+        return Issued(jwt.creds(token, user), user.public, None)
+
+    def write_issuer(self, path: Path, now: int) -> Path:
+        """The file (0600) the burst controller mints and revokes instance credentials with."""
+        data = {
+            "account": self.account.public,
+            "account_signer": self.account_signer.seed,
+            "operator_signer": self.operator_signer.seed,
+            "system_creds": self.issue_system(now).creds,
+        }
+        write_secret(path, json.dumps(data, indent=1))
+        return path
+
+
+def mint(
+    signer: KeyPair,
+    account: str,
+    name: str,
+    permissions: Permissions,
+    now: int,
+    ttl_s: int | None,
+    user: KeyPair | None = None,
+) -> Issued:
+    """A user JWT for a fresh (or the given) user key, signed by an account signing key."""
+    user = user or KeyPair.new("user")
+    expires_at = None if ttl_s is None else now + ttl_s
+    token = jwt.user_jwt(
+        signer, account, user.public, name, permissions, now=now, expires_at=expires_at
+    )
+    return Issued(jwt.creds(token, user), user.public, expires_at)
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """Write `text` to `path` readable by its owner only (created 0600, never wider)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
