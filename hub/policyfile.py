@@ -36,6 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from hub.core.policy import (
     DEFAULT_CLASSES,
+    MAX_AGING_INTERVAL_S,
+    MAX_GPUS,
+    MAX_PRIORITY,
+    MAX_WEIGHT,
+    MIN_AGING_INTERVAL_S,
+    MIN_WEIGHT,
     Aging,
     Department,
     Policy,
@@ -141,12 +147,13 @@ def dump_policy(policy: Policy, fmt: str = "yaml") -> str:
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/NaN anywhere: every number below is bounded so no arithmetic on it overflows.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _QuotaDoc(_Doc):
-    guaranteed: float = Field(default=0.0, ge=0)
-    limit: float | None = Field(default=None, ge=0)
+    guaranteed: float = Field(default=0.0, ge=0, le=MAX_GPUS)
+    limit: float | None = Field(default=None, ge=0, le=MAX_GPUS)
 
 
 # A GPU model name, or "*" for every model not listed.
@@ -155,7 +162,7 @@ ModelKey = Annotated[str, StringConstraints(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9
 
 class _ClassDoc(_Doc):
     name: str = Field(pattern=DNS_LABEL_PATTERN)
-    value: int
+    value: int = Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     preemptible: bool = True
     may_borrow: bool = True
 
@@ -166,7 +173,7 @@ class _DepartmentDoc(_Doc):
 
 
 class _DefaultTeamDoc(_Doc):
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     may_burst: bool = True
     quotas: dict[ModelKey, _QuotaDoc] = Field(default_factory=dict)
 
@@ -174,21 +181,21 @@ class _DefaultTeamDoc(_Doc):
 class _TeamDoc(_Doc):
     name: str = Field(pattern=DNS_LABEL_PATTERN)
     department: str | None = None
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     may_burst: bool = False
     quotas: dict[ModelKey, _QuotaDoc] = Field(default_factory=dict)
 
 
 class _AgingDoc(_Doc):
-    interval_s: float = Field(default=900.0, gt=0)
-    step: int = Field(default=25, ge=0)
+    interval_s: float = Field(default=900.0, ge=MIN_AGING_INTERVAL_S, le=MAX_AGING_INTERVAL_S)
+    step: int = Field(default=25, ge=0, le=MAX_PRIORITY)
 
 
 class _PolicyDoc(_Doc):
     version: int = FORMAT_VERSION
-    priority_classes: list[_ClassDoc] | None = None
-    departments: list[_DepartmentDoc] = Field(default_factory=list)
-    teams: list[_TeamDoc] = Field(default_factory=list)
+    priority_classes: list[_ClassDoc] | None = Field(default=None, max_length=64)
+    departments: list[_DepartmentDoc] = Field(default_factory=list, max_length=10_000)
+    teams: list[_TeamDoc] = Field(default_factory=list, max_length=100_000)
     default_team: _DefaultTeamDoc = Field(default_factory=_DefaultTeamDoc)
     aging: _AgingDoc = Field(default_factory=_AgingDoc)
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from schemas.common import DnsLabel, Identifier, WireModel
+from schemas.common import DnsLabel, Identifier, ShortText, SpokeId, WireModel
 from schemas.workloads import MAX_GPUS_PER_NODE, MAX_NODES, GpuModel
 
 #: Hub -> burst: demand the hub cannot place on any spoke it has.
@@ -56,7 +56,7 @@ class DemandItem(WireModel):
     gpus_per_node: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
-    count: int = Field(default=1, ge=1)
+    count: int = Field(default=1, ge=1, le=10_000_000)
     oldest_age_s: float = Field(ge=0)
     workload_ids: tuple[Identifier, ...] = Field(default=(), max_length=MAX_WORKLOAD_IDS)
     regions: tuple[DnsLabel, ...] = Field(
@@ -88,7 +88,7 @@ class DemandReport(WireModel):
 class InstanceEvent(WireModel):
     """A state change of one burst instance (its `burst_id` is also its spoke id)."""
 
-    burst_id: Identifier
+    burst_id: SpokeId
     provider: str = Field(min_length=1, max_length=32)
     instance_type: str = Field(min_length=1, max_length=64)
     region: DnsLabel
@@ -99,8 +99,8 @@ class InstanceEvent(WireModel):
     price_per_hour: float = Field(ge=0)
     team: DnsLabel
     state: InstanceState
-    spoke_id: Identifier | None = None
-    reason: str = Field(default="", max_length=256)
+    spoke_id: SpokeId | None = None
+    reason: ShortText = ""
     at: float = Field(description="Burst service clock, seconds since the epoch.")
     provider_instance_id: str = Field(default="", max_length=64)
     workload_ids: tuple[Identifier, ...] = Field(default=(), max_length=MAX_WORKLOAD_IDS)
@@ -114,10 +114,10 @@ HUB_BURST_CONSUMER = "hub-burst"
 
 
 class BurstStateRequest(WireModel):
-    provider: str = ""
+    provider: str = Field(default="", max_length=32)
 
 
 class BurstStateReply(WireModel):
     """The latest event of every burst instance the hub has recorded, oldest first."""
 
-    instances: tuple[InstanceEvent, ...] = ()
+    instances: tuple[InstanceEvent, ...] = Field(default=(), max_length=100_000)

@@ -6,22 +6,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from schemas.common import Identifier, WireModel
+from schemas.common import MAX_EPOCH, Identifier, ShortText, WireModel
 from schemas.workloads import WorkloadSpec
 
 
 class Assignment(WireModel):
     """GPUs of one node given to a workload: whole devices, or a share of one device."""
 
-    node: str
-    devices: tuple[int, ...]
-    fraction: float | None = None
+    node: str = Field(min_length=1, max_length=253)
+    devices: tuple[int, ...] = Field(max_length=64)
+    fraction: float | None = Field(default=None, gt=0, le=1)
 
 
 class _CommandBase(WireModel):
     decision_id: Identifier
     workload_id: Identifier
-    epoch: int = Field(ge=0, description="Assignment epoch; a spoke drops older ones.")
+    epoch: int = Field(
+        ge=0, le=MAX_EPOCH, description="Assignment epoch; a spoke drops older ones."
+    )
 
 
 class PlaceCommand(_CommandBase):
@@ -36,14 +38,14 @@ class CancelCommand(_CommandBase):
     """Stop the workload now; it ends Cancelled."""
 
     kind: Literal["cancel"] = "cancel"
-    reason: str = ""
+    reason: ShortText = ""
 
 
 class PreemptCommand(_CommandBase):
     """Stop the workload after `grace_s` (SIGTERM, then SIGKILL); the hub requeues it."""
 
     kind: Literal["preempt"] = "preempt"
-    reason: str = ""
+    reason: ShortText = ""
     grace_s: float = Field(default=30.0, ge=0, le=3600)
 
 

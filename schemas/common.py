@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 
 SCHEMA_VERSION = 1
 
@@ -12,9 +13,53 @@ SCHEMA_VERSION = 1
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DnsLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]
 
-#: Identifiers we mint (workload ids, spoke ids): also usable as NATS subject tokens.
+#: Identifiers we mint (workload ids, decision ids): also usable as NATS subject tokens.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+
+#: A spoke id is part of ids derived from it (event ids `<spoke>-<workload>-e<epoch>-<phase>`,
+#: the consumer `spoke-<id>`, NATS user names): at most SPOKE_ID_MAX characters, so they fit.
+SPOKE_ID_MAX = 48
+SPOKE_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{SPOKE_ID_MAX - 1}}}$"
+SpokeId = Annotated[str, StringConstraints(pattern=SPOKE_ID_PATTERN)]
+
+#: Event ids are derived (spoke id, workload id, epoch, phase): 48 + 1 + 63 + 2 + 10 + 1 + 9
+#: characters at most, longer than one Identifier.
+EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,159}$"
+EventId = Annotated[str, StringConstraints(pattern=EVENT_ID_PATTERN)]
+
+#: Largest assignment epoch (so a derived id stays bounded).
+MAX_EPOCH = 2**31 - 1
+
+#: C0 control characters and DEL, except tab, newline and carriage return.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def refuse_control(value: str) -> str:
+    """`value` unchanged, or ValueError when it holds a NUL byte or another control character
+    (tab, newline and carriage return are allowed: scripts have them)."""
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise ValueError(
+            f"contains control character {found.group()!r} at {found.start()} (NUL bytes and "
+            "control characters other than tab and newline are refused)"
+        )
+    return value
+
+
+#: Free text on the wire: reasons, messages, incarnations.
+ShortText = Annotated[str, StringConstraints(max_length=256), AfterValidator(refuse_control)]
+LongText = Annotated[str, StringConstraints(max_length=4096), AfterValidator(refuse_control)]
+#: A label key (Kubernetes syntax, optional DNS prefix) and value.
+LabelKey = Annotated[
+    str,
+    StringConstraints(
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    ),
+]
+LabelValue = Annotated[str, StringConstraints(max_length=63), AfterValidator(refuse_control)]
+MAX_LABELS = 64
 
 
 class WireModel(BaseModel):

@@ -8,7 +8,9 @@ is never our `code`: it travels as `provider_code` on burst's errors.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
 
 from schemas.common import WireModel
 
@@ -20,10 +22,18 @@ class ErrorReply(WireModel):
     or must change first (it was invalid); it was added after v1, hence its default.
     """
 
-    code: str
-    message: str
-    field: str | None = None
+    code: str = Field(max_length=64)
+    message: str = Field(max_length=4096)
+    field: str | None = Field(default=None, max_length=256)
     retryable: bool = False
+
+    @field_validator("message", mode="before")
+    @classmethod
+    def _shorten(cls, value: Any) -> Any:
+        # Written by us, often around a user's input: cut to the bound rather than fail.
+        if isinstance(value, str) and len(value) > 4096:
+            return value[:4093] + "..."
+        return value
 
 
 class GpufedError(Exception):

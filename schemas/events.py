@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from schemas.common import Identifier, WireModel
+from schemas.common import MAX_EPOCH, EventId, Identifier, LongText, ShortText, SpokeId, WireModel
 
 
 class EventPhase(StrEnum):
@@ -23,12 +23,12 @@ class EventPhase(StrEnum):
 class WorkloadEvent(WireModel):
     """One phase change of one workload under one assignment epoch."""
 
-    event_id: Identifier = Field(description="Unique per event; used as the Nats-Msg-Id.")
-    spoke_id: Identifier
+    event_id: EventId = Field(description="Unique per event; used as the Nats-Msg-Id.")
+    spoke_id: SpokeId
     workload_id: Identifier
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, le=MAX_EPOCH)
     phase: EventPhase
-    exit_code: int | None = None
-    reason: str = ""
-    message: str = Field(default="", max_length=4096)
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
+    reason: ShortText = ""
+    message: LongText = ""
     at: float = Field(description="Spoke clock, seconds since the epoch.")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from schemas.capacity import RunningRef
-from schemas.common import Identifier, WireModel
+from schemas.capacity import MAX_RUNNING, RunningRef
+from schemas.common import Identifier, ShortText, SpokeId, WireModel
 
 
 class SyncRequest(WireModel):
@@ -15,10 +15,10 @@ class SyncRequest(WireModel):
     placement at or below it that the spoke neither runs nor finished was lost on the spoke.
     """
 
-    spoke_id: Identifier
-    incarnation: str
-    running: tuple[RunningRef, ...] = ()
-    finished: tuple[RunningRef, ...] = ()
+    spoke_id: SpokeId
+    incarnation: ShortText
+    running: tuple[RunningRef, ...] = Field(default=(), max_length=MAX_RUNNING)
+    finished: tuple[RunningRef, ...] = Field(default=(), max_length=MAX_RUNNING)
     applied_seq: int = Field(default=0, ge=0)
 
 
@@ -30,5 +30,5 @@ class SyncReply(WireModel):
     request answered twice gives the same reply and changes nothing more.
     """
 
-    stop: tuple[RunningRef, ...] = ()
-    requeued: tuple[Identifier, ...] = ()
+    stop: tuple[RunningRef, ...] = Field(default=(), max_length=MAX_RUNNING)
+    requeued: tuple[Identifier, ...] = Field(default=(), max_length=MAX_RUNNING)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from schemas.common import DnsLabel, Identifier, WireModel
+from schemas.common import DnsLabel, Identifier, WireModel, refuse_control
 from schemas.errors import ErrorReply
 
 MAX_COMMAND_ITEMS = 256
@@ -18,6 +18,9 @@ MAX_ENV_BYTES = 64 * 1024
 MAX_GPUS_PER_NODE = 16
 MAX_NODES = 128
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Set by the runtime for each assignment: a workload may not choose its own GPUs or identity.
+RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+RESERVED_ENV_PREFIX = "GPUFED_"
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
@@ -121,6 +124,11 @@ class WorkloadSpec(WireModel):
     def _command_size(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value[0]:
             raise ValueError("the program (first item) must not be empty")
+        for index, part in enumerate(value):
+            try:
+                refuse_control(part)
+            except ValueError as exc:
+                raise ValueError(f"item {index} {exc}") from None
         if sum(len(part.encode()) for part in value) > MAX_COMMAND_BYTES:
             raise ValueError(f"command longer than {MAX_COMMAND_BYTES} bytes")
         return value
@@ -130,12 +138,25 @@ class WorkloadSpec(WireModel):
     def _env_size(cls, value: dict[str, str]) -> dict[str, str]:
         if len(value) > MAX_ENV_ENTRIES:
             raise ValueError(f"at most {MAX_ENV_ENTRIES} variables")
-        for key in value:
+        for key, val in value.items():
             if not ENV_KEY.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
+                raise ValueError(
+                    f"{key} is set by gpufed for the GPUs it assigns; a workload cannot set it"
+                )
+            try:
+                refuse_control(val)
+            except ValueError as exc:
+                raise ValueError(f"{key} {exc}") from None
         if sum(len(k.encode()) + len(v.encode()) for k, v in value.items()) > MAX_ENV_BYTES:
             raise ValueError(f"environment larger than {MAX_ENV_BYTES} bytes")
         return value
+
+    @field_validator("image", "working_dir")
+    @classmethod
+    def _no_control(cls, value: str | None) -> str | None:
+        return None if value is None else refuse_control(value)
 
     @model_validator(mode="after")
     def _fraction_only_alone(self) -> WorkloadSpec:

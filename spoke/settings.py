@@ -7,10 +7,11 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from schemas import SpokeKind
+from schemas.common import SPOKE_ID_PATTERN
 
 
 class SpokeSettings(BaseModel):
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+    id: str = Field(pattern=SPOKE_ID_PATTERN)
     region: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     kind: SpokeKind = SpokeKind.ONPREM
     nats_url: str = "nats://127.0.0.1:4222"

@@ -31,7 +31,8 @@ from burst.core.packing import Unit, Work, pack
 from schemas.burst import DemandItem, DemandReport, InstanceState, Market
 
 #: Launch ids are `<prefix>-<seq>-<n>-<digest>`: spoke ids, EC2 client tokens and tag values.
-ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
+#: At most 16 characters: a burst id (`<prefix>-<seq>-<n>-<digest>`) is a spoke id (48 at most).
+ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,15}$")
 
 
 def plan_burst(

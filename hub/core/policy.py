@@ -37,6 +37,15 @@ DEFAULT_PRIORITIES: Mapping[str, int] = {
 #: Quota key that applies to every GPU model without its own entry.
 ANY_MODEL = "*"
 
+#: Bounds on a policy's numbers: each keeps the scheduler's arithmetic finite (an aging interval
+#: of 5e-324 s made every cycle overflow; a weight of 1e-320 divides to infinity).
+MIN_AGING_INTERVAL_S = 1.0
+MAX_AGING_INTERVAL_S = 365 * 24 * 3600.0
+MAX_PRIORITY = 1_000_000
+MIN_WEIGHT = 0.001
+MAX_WEIGHT = 1_000_000.0
+MAX_GPUS = 1_000_000.0
+
 
 @dataclass(frozen=True, slots=True)
 class Quota:
@@ -186,16 +195,28 @@ def check_policy(policy: Policy) -> list[str]:
         problems += _quota_problems(f"departments[{dept.name}]", dept.quotas)
     for team in (*policy.teams, policy.default_team):
         where = "default_team" if team is policy.default_team else f"teams[{team.name}]"
-        if not team.weight > 0:
-            problems.append(f"{where}.weight: must be greater than 0, got {team.weight:g}")
+        if not MIN_WEIGHT <= team.weight <= MAX_WEIGHT:
+            problems.append(
+                f"{where}.weight: must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, "
+                f"got {team.weight:g}"
+            )
         problems += _quota_problems(where, team.quotas)
         if team.department is not None and policy.department(team.department) is None:
             problems.append(f"{where}.department: unknown department {team.department!r}")
     problems += _department_guarantees(policy)
-    if policy.aging.interval_s <= 0:
-        problems.append("aging.interval_s: must be greater than 0")
-    if policy.aging.step < 0:
-        problems.append("aging.step: must not be negative")
+    if not MIN_AGING_INTERVAL_S <= policy.aging.interval_s <= MAX_AGING_INTERVAL_S:
+        problems.append(
+            f"aging.interval_s: must be between {MIN_AGING_INTERVAL_S:g} and "
+            f"{MAX_AGING_INTERVAL_S:g} seconds, got {policy.aging.interval_s:g}"
+        )
+    if not 0 <= policy.aging.step <= MAX_PRIORITY:
+        problems.append(f"aging.step: must be between 0 and {MAX_PRIORITY}")
+    for cls in policy.classes:
+        if not -MAX_PRIORITY <= cls.value <= MAX_PRIORITY:
+            problems.append(
+                f"priority_classes[{cls.name}].value: must be between -{MAX_PRIORITY} and "
+                f"{MAX_PRIORITY}"
+            )
     return problems
 
 
@@ -220,8 +241,12 @@ def _quota_problems(where: str, quotas: Mapping[str, Quota]) -> list[str]:
     problems = []
     for model, quota in quotas.items():
         at = f"{where}.quotas[{model}]"
-        if quota.guaranteed < 0:
-            problems.append(f"{at}.guaranteed: must not be negative, got {quota.guaranteed:g}")
+        if not 0 <= quota.guaranteed <= MAX_GPUS:
+            problems.append(
+                f"{at}.guaranteed: must be between 0 and {MAX_GPUS:g}, got {quota.guaranteed:g}"
+            )
+        if quota.limit is not None and not quota.limit <= MAX_GPUS:
+            problems.append(f"{at}.limit: must be at most {MAX_GPUS:g}, got {quota.limit:g}")
         if quota.limit is not None and quota.limit < quota.guaranteed:
             problems.append(
                 f"{at}.limit: {quota.limit:g} is below the guaranteed {quota.guaranteed:g}"

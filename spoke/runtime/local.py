@@ -26,6 +26,13 @@ log = structlog.get_logger(__name__)
 
 #: Runs the command, then records its exit status in the file named by $0.
 _WRAPPER = '"$@"; code=$?; echo $code > "$0"; exit $code'
+#: What a workload inherits from the spoke's environment: nothing else, so the spoke's own
+#: secrets (NATS credentials, cloud keys, tokens) never reach a workload. A workload gets
+#: these, then its spec's `env`, then gpufed's own variables (CUDA_VISIBLE_DEVICES, GPUFED_*).
+INHERITED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE",
+    "TZ", "TMPDIR",
+)  # fmt: skip
 #: How often adopted processes (not our children) are checked.
 ADOPTED_POLL_S = 0.5
 
@@ -299,7 +306,7 @@ class LocalRuntime:
 
 def _environment(launch: Launch, rank: int) -> dict[str, str]:
     assignment = launch.assignments[rank]
-    env = dict(os.environ)
+    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
     env.update(launch.spec.env)
     env.update(
         {

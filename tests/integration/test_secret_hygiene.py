@@ -1,0 +1,108 @@
+"""Secrets stay where they belong: not in a workload's environment, not in argv, not in logs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+import structlog
+
+from bus.client import Bus, BusSettings
+from bus.natsserver import free_port
+from gpufed.up import Federation, SimSpoke
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes
+
+pytestmark = [pytest.mark.integration, pytest.mark.security]
+
+
+async def test_a_workload_sees_an_allowlist_and_its_own_env_only(
+    fed: InProcessFederation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a spoke host typically has in its environment.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value")
+    monkeypatch.setenv("GPUFED_NATS_URL", "nats://spoke:nats-password@hub:4222")
+    monkeypatch.setenv("GPUFED_NATS_TOKEN", "nats-token-value")
+    monkeypatch.setenv("GPUFED_NATS_CREDS", "/etc/gpufed/spoke.creds")
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    out = tmp_path / "env.txt"
+    wid = await fed.submit(
+        name="printenv",
+        team="t",
+        gpus=1,
+        command=["sh", "-c", f"env > {out}"],
+        env={"MY_SETTING": "mine"},
+    )
+    await fed.wait_phase(wid, {Phase.SUCCEEDED})
+    seen = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    for secret in ("aws-secret-value", "nats-password", "nats-token-value", "spoke.creds"):
+        assert secret not in out.read_text()
+    assert seen["MY_SETTING"] == "mine"
+    assert seen["CUDA_VISIBLE_DEVICES"] == "0"
+    assert seen["GPUFED_WORKLOAD_ID"] == wid
+    assert "PATH" in seen
+
+
+async def test_a_password_in_a_nats_url_is_never_logged() -> None:
+    url = f"nats://hub:s3cret-pw@127.0.0.1:{free_port()},nats://tok3n-value@127.0.0.1:1"
+    bus = Bus(BusSettings(url=url, connect_timeout_s=0.2))
+    with structlog.testing.capture_logs() as logs:
+        with pytest.raises(Exception):  # noqa: B017 - nobody listens: any connect error
+            await bus.connect(first_attempt_timeout_s=0.5)
+    assert logs, "the retries are logged"
+    text = repr(logs)
+    assert "s3cret-pw" not in text and "tok3n-value" not in text
+    assert "nats://hub:***@127.0.0.1" in text
+
+
+def test_gpufed_up_puts_no_secret_in_argv_and_keeps_creds_files_private(tmp_path: Path) -> None:
+    fed = Federation(tmp_path / "fed", 0, (SimSpoke("eu-1", "eu", 1, 1, "H100"),), burst_args=())
+    (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        fed.nats.start()
+        fed.start_hub()
+        fed.start_spoke(fed.spoke("eu-1"))
+        fed.start_burst()
+        time.sleep(0.5)  # let them exec: argv is read from /proc
+        creds = sorted((fed.secrets_dir / "creds").glob("*.creds"))
+        assert {c.stem for c in creds} == {"hub", "eu-1", "burst"}
+        secrets = [c.read_text() for c in creds]
+        secrets.append((fed.secrets_dir / "burst-issuer.json").read_text())
+        for path in [*creds, fed.secrets_dir / "burst-issuer.json"]:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(fed.secrets_dir.stat().st_mode) == 0o700
+        for name, proc in fed.procs.items():
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
+            assert "--nats-creds" in argv, name
+            seeds = re.findall(r"S[OAU][A-Z2-7]{50,}", "\n".join(secrets))
+            assert len(seeds) >= 5  # three users, two signing keys
+            for seed in seeds:
+                assert seed not in argv, name
+            assert "eyJ" not in argv, name  # no JWT either
+        nats_argv = Path(f"/proc/{fed.nats.pid}/cmdline").read_bytes().decode()
+        assert "-c" in nats_argv and "SU" not in nats_argv.replace("-", "")
+    finally:
+        fed.stop()
+
+
+async def test_gpufed_up_tls_clients_verify_the_local_ca(tmp_path: Path) -> None:
+    fed = Federation(tmp_path / "fed", 0, (), tls=True)
+    try:
+        fed.nats.start()
+        assert fed.nats.url.startswith("tls://")
+        bus = Bus(fed.client_settings("tls-check"))
+        await bus.connect(first_attempt_timeout_s=5)
+        assert bus.nc.is_connected
+        await bus.close()
+        # Without the CA the server's certificate is not trusted.
+        bus = Bus(dataclasses.replace(fed.client_settings("no-ca"), tls_ca=None))
+        with pytest.raises(Exception):  # noqa: B017 - the handshake fails (certificate)
+            await asyncio.wait_for(bus.connect(first_attempt_timeout_s=1), 10)
+    finally:
+        fed.stop()
