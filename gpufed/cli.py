@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     hub = sub.add_parser("hub", help="run the hub (policy, placement, REST API)")
     _add_nats_flags(hub)
     hub.add_argument("--store-url", default=None, help="SQLAlchemy URL (default SQLite)")
+    hub.add_argument(
+        "--store-url-file",
+        type=Path,
+        default=None,
+        help="read the store URL (one with a password) from this file, e.g. a mounted Secret",
+    )
     hub.add_argument("--data-dir", type=Path, default=Path(".gpufed/hub"))
     hub.add_argument("--api-host", default="127.0.0.1")
     hub.add_argument("--api-port", type=int, default=8080)
@@ -111,10 +117,10 @@ def _hub(args: argparse.Namespace) -> int:
 
     logs.configure()
     settings = HubSettings(
-        nats_url=args.nats_url,
+        nats_url=_nats_url(args),
         nats_creds=args.nats_creds,
         nats_ca=args.nats_ca,
-        store_url=args.store_url,
+        store_url=_read_secret(args.store_url_file, "--store-url-file") or args.store_url,
         data_dir=args.data_dir,
         api_host=args.api_host,
         api_port=args.api_port,
@@ -145,7 +151,7 @@ def _spoke(args: argparse.Namespace) -> int:
             id=args.id,
             region=args.region,
             kind=args.kind,
-            nats_url=args.nats_url,
+            nats_url=_nats_url(args),
             nats_creds=args.nats_creds,
             nats_ca=args.nats_ca,
             # A token is a secret: from the environment only, never a flag (argv is public).
@@ -177,6 +183,12 @@ def _add_nats_flags(p: argparse.ArgumentParser) -> None:
         "password belongs in $GPUFED_NATS_URL, not on the command line",
     )
     p.add_argument(
+        "--nats-url-file",
+        type=Path,
+        default=_env_path("GPUFED_NATS_URL_FILE"),
+        help="read the NATS URL (one with a password) from this file, e.g. a mounted Secret",
+    )
+    p.add_argument(
         "--nats-creds",
         type=Path,
         default=_env_path("GPUFED_NATS_CREDS"),
@@ -188,6 +200,21 @@ def _add_nats_flags(p: argparse.ArgumentParser) -> None:
         default=_env_path("GPUFED_NATS_CA"),
         help="CA file the NATS server's certificate is checked against (tls:// URLs)",
     )
+
+
+def _nats_url(args: argparse.Namespace) -> str:
+    """--nats-url, or what --nats-url-file holds when given."""
+    return _read_secret(args.nats_url_file, "--nats-url-file") or str(args.nats_url)
+
+
+def _read_secret(path: Path | None, flag: str) -> str | None:
+    """The stripped text of a secret file (None without one); exits naming the flag."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise SystemExit(f"gpufed: {flag}: {exc.strerror}: {exc.filename}") from None
 
 
 def _env_path(name: str) -> Path | None:

@@ -128,12 +128,10 @@ def test_hub_runs_the_documented_command_with_the_embedded_store() -> None:
     hub = container(docs, "Deployment", "gpufed-hub")
     command = " ".join(hub["command"] + hub["args"]).replace("$(", "$").replace(")", "")
     assert command == (
-        "gpufed hub --nats-url $GPUFED_NATS_URL --store-url $GPUFED_STORE_URL "
-        "--api-host 0.0.0.0 --api-port 8080 --data-dir /data"
+        "gpufed hub --nats-url-file /var/run/secrets/gpufed/nats/url "
+        "--store-url sqlite:////data/gpufed.db --api-host 0.0.0.0 --api-port 8080 --data-dir /data"
     )
-    env = env_of(hub)
-    assert env["GPUFED_STORE_URL"] == "sqlite:////data/gpufed.db"
-    assert env["GPUFED_NATS_URL"] == {"secretKeyRef": {"name": "gpufed-hub-nats", "key": "url"}}
+    assert secret_mounts(docs, "gpufed-hub") == {"/var/run/secrets/gpufed/nats": "gpufed-hub-nats"}
     claim = one(docs, "Deployment", "gpufed-hub")["spec"]["template"]["spec"]["volumes"][0]
     assert one(docs, "PersistentVolumeClaim", claim["persistentVolumeClaim"]["claimName"])
     assert any(
@@ -141,11 +139,29 @@ def test_hub_runs_the_documented_command_with_the_embedded_store() -> None:
     )
 
 
-def test_hub_postgres_reads_the_store_url_from_a_secret() -> None:
-    hub = container(render("hub-postgres"), "Deployment", "gpufed-hub")
+@pytest.mark.security
+def test_hub_postgres_reads_the_store_url_from_a_mounted_secret() -> None:
+    docs = render("hub-postgres")
+    hub = container(docs, "Deployment", "gpufed-hub")
 
-    assert env_of(hub)["GPUFED_STORE_URL"] == {
-        "secretKeyRef": {"name": "gpufed-hub-store", "key": "url"}
+    args = " ".join(hub["args"])
+    assert "--store-url-file /var/run/secrets/gpufed/store/url" in args
+    assert "sqlite" not in args and "env" not in hub
+    assert secret_mounts(docs, "gpufed-hub") == {
+        "/var/run/secrets/gpufed/nats": "gpufed-hub-nats",
+        "/var/run/secrets/gpufed/store": "gpufed-hub-store",
+    }
+
+
+def secret_mounts(docs: list[dict[str, Any]], deployment: str) -> dict[str, str]:
+    """Mount path -> Secret name of the Secrets a Deployment's container mounts (read-only)."""
+    pod = one(docs, "Deployment", deployment)["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    assert all(s["defaultMode"] == 0o400 for s in secrets.values())
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert all(m.get("readOnly") for m in mounts if m["name"] in secrets)
+    return {
+        m["mountPath"]: secrets[m["name"]]["secretName"] for m in mounts if m["name"] in secrets
     }
 
 
@@ -160,9 +176,13 @@ def test_spoke_runs_the_documented_command_with_its_own_identity(
     spoke = container(docs, "Deployment", "gpufed-spoke")
     command = " ".join(spoke["command"] + spoke["args"]).replace("$(", "$").replace(")", "")
     assert command == (
-        "gpufed spoke --id $GPUFED_SPOKE_ID --region $GPUFED_REGION --nats-url $GPUFED_NATS_URL "
+        "gpufed spoke --id $GPUFED_SPOKE_ID --region $GPUFED_REGION "
+        "--nats-url-file /var/run/secrets/gpufed/nats/url "
         "--inventory kubernetes --runtime kubernetes"
     )
+    assert secret_mounts(docs, "gpufed-spoke") == {
+        "/var/run/secrets/gpufed/nats": "gpufed-spoke-nats"
+    }
     config_name = env_of(spoke)["GPUFED_SPOKE_ID"]["configMapKeyRef"]["name"]
     config = one(docs, "ConfigMap", config_name)["data"]
     assert config == {"GPUFED_SPOKE_ID": spoke_id, "GPUFED_REGION": region}
@@ -202,6 +222,7 @@ def test_spoke_rbac_is_exactly_what_the_inventory_and_runtime_use() -> None:
             ("batch", "jobs", "delete"),
             ("", "pods", "delete"),
             ("", "namespaces", "create"),
+            ("networking.k8s.io", "networkpolicies", "create"),
         },
     }
     for binding in (d for d in docs if d["kind"] == "ClusterRoleBinding"):
@@ -223,7 +244,25 @@ def test_spoke_writes_are_confined_to_team_namespaces_by_admission_policy() -> N
     assert "startsWith('gpufed-')" in expressions, "the runtime's default namespace prefix"
     assert "pod-security.kubernetes.io/enforce" in expressions
     watched = {r["resources"][0] for r in policy["spec"]["matchConstraints"]["resourceRules"]}
-    assert watched == {"jobs", "pods", "namespaces"}
+    assert watched == {"jobs", "pods", "namespaces", "networkpolicies"}
+    assert "== 'restricted'" in expressions, "team namespaces enforce restricted, nothing less"
+
+
+@pytest.mark.security
+def test_only_the_ingress_and_labelled_namespaces_reach_the_hub_api() -> None:
+    docs = render("embedded-hub")
+    policy = one(docs, "NetworkPolicy", "gpufed-hub-api")
+    assert policy["spec"]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "gpufed-hub"}
+    }
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8080}]
+    sources = rule["from"]
+    assert {"podSelector": {}} in sources, "only this namespace's pods, not every namespace's"
+    assert all(
+        "namespaceSelector" not in s or s["namespaceSelector"].get("matchLabels") for s in sources
+    ), "no open namespaceSelector"
 
 
 def test_priority_classes_match_the_runtime_and_never_evict() -> None:

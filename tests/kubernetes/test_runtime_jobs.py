@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import kmock
 import pytest
 from kubernetes import client as k8s
+from pydantic import ValidationError
 
 from schemas import Assignment, WorkloadSpec
 from spoke.errors import PermanentSpokeError, RetryableSpokeError
 from spoke.ports import Launch
 from spoke.runtime.kubernetes import KubernetesRuntime, job_name_for
 from tests.kubernetes.conftest import SPOKE_ID, Cluster, EventLog
+
+NETWORK_POLICIES = "networking.k8s.io/v1/networkpolicies"
 
 
 def launch(
@@ -49,7 +54,7 @@ async def test_job_lands_in_team_namespace_with_gpus_labels_priority_and_pinning
     job = cluster.job("gpufed-ml", "wl-train-1-e3")
     assert job is not None, "the Job is in the team's namespace, named after workload and epoch"
     namespace = cluster.emulator.namespaces["gpufed-ml"]
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
     labels = job["metadata"]["labels"]
     assert labels["gpufed.io/workload-id"] == "wl-train-1"
@@ -68,7 +73,12 @@ async def test_job_lands_in_team_namespace_with_gpus_labels_priority_and_pinning
     [container] = pod["containers"]
     assert container["image"] == "ghcr.io/acme/train:1.2"
     assert container["command"] == ["python", "train.py", "--epochs", "3"]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert container["resources"]["limits"] == {
+        "nvidia.com/gpu": "4",
+        "cpu": "16",
+        "memory": "128Gi",
+    }
+    assert container["resources"]["requests"] == container["resources"]["limits"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["WANDB_MODE"] == "offline"
     assert env["GPUFED_WORKLOAD_ID"] == "wl-train-1"
@@ -81,6 +91,45 @@ async def test_job_lands_in_team_namespace_with_gpus_labels_priority_and_pinning
         "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]
     }
     assert runtime.running() == {"wl-train-1": 3}
+
+
+@pytest.mark.security
+async def test_jobs_run_restricted_in_an_isolated_namespace(
+    runtime: KubernetesRuntime, cluster: Cluster
+) -> None:
+    await runtime.start(launch())
+
+    job = cluster.job("gpufed-ml", "wl-train-1-e3")
+    assert job is not None
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= resources["requests"].keys() <= resources["limits"].keys()
+    labels = cluster.emulator.namespaces["gpufed-ml"]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    policies = {
+        name: json.loads(json.dumps(obj.raw))
+        for (resource, namespace, name), obj in cluster.emulator.objects.items()
+        if resource == kmock.resource(NETWORK_POLICIES) and namespace == "gpufed-ml"
+    }
+    deny = policies["gpufed-default-deny"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    allow = policies["gpufed-allow-same-namespace"]["spec"]
+    assert allow["ingress"] == [{"from": [{"podSelector": {}}]}]
+
+
+@pytest.mark.security
+async def test_a_workload_cannot_set_its_own_gpus_through_env() -> None:
+    with pytest.raises(ValidationError, match="NVIDIA_VISIBLE_DEVICES"):
+        launch(env={"NVIDIA_VISIBLE_DEVICES": "all"})
 
 
 async def test_job_deserialises_into_the_client_model(
@@ -131,7 +180,8 @@ async def test_mig_pool_assignment_requests_the_mig_resource_on_its_host(
     job = cluster.job("gpufed-ml", "wl-train-1-e3")
     assert job is not None
     pod = job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/mig-1g.10gb"] == "1" and "nvidia.com/gpu" not in limits
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ][0]

@@ -32,7 +32,7 @@ from spoke.kube import (
     request_json,
     request_json_unless,
 )
-from spoke.runtime.kubernetes.manifests import namespace_manifest
+from spoke.runtime.kubernetes.manifests import namespace_manifest, network_policies
 from spoke.runtime.kubernetes.tracking import Tracked
 
 log = structlog.get_logger(__name__)
@@ -50,9 +50,11 @@ class SpokeJobs:
         core: k8s.CoreV1Api,
         spoke_label: str,
         namespace_prefix: str,
+        networking: k8s.NetworkingV1Api | None = None,
     ) -> None:
         self._batch = batch
         self._core = core
+        self._networking = networking
         self._spoke_label = spoke_label
         self._namespace_prefix = namespace_prefix
         self._namespaces: set[str] = set()
@@ -128,7 +130,21 @@ class SpokeJobs:
         )
         if created is not None:
             log.info("namespace_created", namespace=namespace, team=team)
+            await self._isolate(namespace)
         self._namespaces.add(namespace)
+
+    async def _isolate(self, namespace: str) -> None:
+        """Default-deny NetworkPolicies in a namespace the spoke just created (409: there)."""
+        if self._networking is None:
+            return
+        for policy in network_policies(namespace):
+            await request_json_unless(
+                {409},
+                f"create network policy {namespace}/{policy['metadata']['name']}",
+                self._networking.create_namespaced_network_policy,
+                namespace,
+                policy,
+            )
 
     async def mark_reported(self, tracked: Tracked, phase: EventPhase) -> None:
         """Annotate the finished Job so a restarted spoke does not report it again."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schemas import WorkloadSpec
+from schemas.workloads import RESERVED_ENV
 from spoke.errors import PermanentSpokeError
 from spoke.kube import (
     ANNOTATION_DECISION,
@@ -38,6 +39,16 @@ CONTAINER_NAME = "workload"
 LABEL_WORKLOAD_NAME = "gpufed.io/workload-name"
 POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 FINISHED_TTL_S = 24 * 3600  # finished Jobs stay a day for `kubectl logs`
+#: The Pod Security Standard team namespaces enforce (and the pods below satisfy).
+POD_SECURITY_LEVEL = "restricted"
+#: The user and group a workload runs as when its image does not say (never root).
+DEFAULT_UID = 1000
+#: CPU and memory a workload gets per GPU it asks for (requests = limits, so it is never
+#: squeezed or OOM-killed by a noisy neighbour it did not choose).
+CPU_PER_GPU = 4
+MEMORY_GIB_PER_GPU = 32
+DEFAULT_DENY_POLICY = "gpufed-default-deny"
+SAME_NAMESPACE_POLICY = "gpufed-allow-same-namespace"
 
 
 def job_name_for(workload_id: str, epoch: int) -> str:
@@ -73,14 +84,29 @@ def build_job(
         {"name": "GPUFED_EPOCH", "value": str(launch.epoch)},
         {"name": "GPUFED_NODES", "value": str(spec.nodes)},
     ]
+    reserved = RESERVED_ENV & spec.env.keys()
+    if reserved:  # the spec was validated; this guards a spec built past validation
+        raise PermanentSpokeError(f"env: {', '.join(sorted(reserved))} is set by the cluster")
+    compute = {
+        "cpu": str(CPU_PER_GPU * spec.gpus_per_node),
+        "memory": f"{MEMORY_GIB_PER_GPU * spec.gpus_per_node}Gi",
+    }
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "command": list(spec.command),
         "env": env,
         "resources": {
-            "limits": {resource: str(spec.gpus_per_node)},
-            "requests": {resource: str(spec.gpus_per_node)},
+            "limits": {resource: str(spec.gpus_per_node), **compute},
+            "requests": {resource: str(spec.gpus_per_node), **compute},
+        },
+        # The Pod Security Standard "restricted": no root, no privilege escalation, no
+        # capabilities, the runtime's default seccomp profile.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
     if spec.working_dir:
@@ -92,6 +118,12 @@ def build_job(
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": DEFAULT_UID,
+            "runAsGroup": DEFAULT_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     if priority_class:
         pod_spec["priorityClassName"] = priority_class
@@ -123,7 +155,7 @@ def build_job(
 
 
 def namespace_manifest(namespace: str, team: str) -> dict[str, Any]:
-    """The v1 Namespace a team's Jobs run in (pod security: baseline)."""
+    """The v1 Namespace a team's Jobs run in (Pod Security Standard: restricted)."""
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -132,10 +164,46 @@ def namespace_manifest(namespace: str, team: str) -> dict[str, Any]:
             "labels": {
                 LABEL_MANAGED_BY: MANAGED_BY,
                 LABEL_TEAM: label_value(team),
-                POD_SECURITY_LABEL: "baseline",
+                POD_SECURITY_LABEL: POD_SECURITY_LEVEL,
+                "pod-security.kubernetes.io/warn": POD_SECURITY_LEVEL,
+                "pod-security.kubernetes.io/audit": POD_SECURITY_LEVEL,
             },
         },
     }
+
+
+def network_policies(namespace: str) -> list[dict[str, Any]]:
+    """A team namespace's NetworkPolicies: deny all traffic in and out, then allow what a gang
+    needs (its pods talking to each other inside the namespace) and DNS. Anything more (a data
+    store, the internet) is the platform team's own policy to add."""
+    meta = {"namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}
+    same_namespace: list[dict[str, Any]] = [{"podSelector": {}}]
+    return [
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": DEFAULT_DENY_POLICY, **meta},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": SAME_NAMESPACE_POLICY, **meta},
+            "spec": {
+                "podSelector": {},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": same_namespace}],
+                "egress": [
+                    {"to": same_namespace},
+                    {
+                        "to": [{"namespaceSelector": {}, "podSelector": {
+                            "matchLabels": {"k8s-app": "kube-dns"}}}],
+                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                    },
+                ],
+            },
+        },
+    ]  # fmt: skip
 
 
 def _placement(launch: Launch) -> tuple[list[str], str]:

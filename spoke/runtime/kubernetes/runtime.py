@@ -58,7 +58,8 @@ class KubernetesRuntime:
         self._priority_classes = dict(
             DEFAULT_PRIORITY_CLASSES if priority_class_map is None else priority_class_map
         )
-        self._jobs = SpokeJobs(batch, core, self._spoke_label, namespace_prefix)
+        networking = k8s.NetworkingV1Api(api_client)
+        self._jobs = SpokeJobs(batch, core, self._spoke_label, namespace_prefix, networking)
         self._tracker = Tracker(self._jobs, sink)
         self._watcher = Watcher(batch, core, self._jobs.selector, self._tracker.on_change)
 
