@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import nats

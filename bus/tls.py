@@ -21,6 +21,30 @@ from bus.authority import write_secret
 
 _CA_DAYS = 3650
 _SERVER_DAYS = 397
+#: A CA key signs certificates (and revocation lists), nothing else.
+_CA_USAGE = x509.KeyUsage(
+    digital_signature=False,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
+#: A CA key signs certificates (and revocation lists), nothing else.
+_CA_USAGE = x509.KeyUsage(
+    digital_signature=False,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +71,9 @@ def client_context(ca_file: str | Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca_file))
 
 
-def ensure_local_ca(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TlsFiles:
+def ensure_local_ca(
+    directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+) -> TlsFiles:
     """Create (once) a CA and a server certificate for `hosts` in `directory`; keys 0600."""
     directory.mkdir(parents=True, exist_ok=True)
     files = TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server-key.pem")
@@ -65,14 +91,7 @@ def ensure_local_ca(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "loc
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=_CA_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )  # fmt: skip
+        .add_extension(_CA_USAGE, critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
 from nats.aio.client import RawCredentials
 
 from burst.catalog import load_catalog

@@ -19,7 +19,6 @@ from schemas.common import (
 )
 from schemas.workloads import GpuModel
 
-
 #: Bounds that keep one report (and what the hub keeps of it) small.
 MAX_NODES_PER_SPOKE = 4096
 MAX_RUNNING = 65_536

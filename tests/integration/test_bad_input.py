@@ -59,9 +59,7 @@ async def test_rest_refuses_fraction_of_a_gang_and_non_json(fed: InProcessFedera
     assert response.json()["field"] == "phase"
 
 
-async def test_nats_submit_answers_errors_naming_the_field(
-    fed: InProcessFederation
-) -> None:
+async def test_nats_submit_answers_errors_naming_the_field(fed: InProcessFederation) -> None:
     await fed.start_hub()
     bus = Bus(fed.tool_settings())
     await bus.connect()
@@ -77,9 +75,7 @@ async def test_nats_submit_answers_errors_naming_the_field(
     await bus.close()
 
 
-async def test_malformed_messages_are_counted_acked_and_survived(
-    fed: InProcessFederation
-) -> None:
+async def test_malformed_messages_are_counted_acked_and_survived(fed: InProcessFederation) -> None:
     hub = await fed.start_hub()
     bus = Bus(fed.tool_settings())
     await bus.connect()

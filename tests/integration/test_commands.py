@@ -66,9 +66,7 @@ async def test_same_decision_published_twice_runs_once(
     await bus.close()
 
 
-async def test_older_epoch_is_never_run(
-    fed: InProcessFederation, tmp_path: Path
-) -> None:
+async def test_older_epoch_is_never_run(fed: InProcessFederation, tmp_path: Path) -> None:
     bus = await _bus(fed)
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")

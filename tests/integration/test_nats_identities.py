@@ -228,7 +228,7 @@ async def test_a_burst_credential_expires(
     # The server compares whole seconds: once the second after `exp` began, it is refused.
     expired_at = issued.expires_at
     await until(lambda: time.time() >= expired_at + 1, timeout=10)
-    with pytest.raises(nats.errors.Error, match="Authorization Violation|Expired"):
+    with pytest.raises(nats.errors.Error, match=r"Authorization Violation|Expired"):
         await connect(issued.creds, identities.inbox_prefix("burst-8-0-ab"))
 
 

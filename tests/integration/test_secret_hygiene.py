@@ -52,9 +52,11 @@ async def test_a_workload_sees_an_allowlist_and_its_own_env_only(
 async def test_a_password_in_a_nats_url_is_never_logged() -> None:
     url = f"nats://hub:s3cret-pw@127.0.0.1:{free_port()},nats://tok3n-value@127.0.0.1:1"
     bus = Bus(BusSettings(url=url, connect_timeout_s=0.2))
-    with structlog.testing.capture_logs() as logs:
-        with pytest.raises(Exception):  # noqa: B017 - nobody listens: any connect error
-            await bus.connect(first_attempt_timeout_s=0.5)
+    with (
+        structlog.testing.capture_logs() as logs,
+        pytest.raises(Exception),  # noqa: B017 - nobody listens: any connect error
+    ):
+        await bus.connect(first_attempt_timeout_s=0.5)
     assert logs, "the retries are logged"
     text = repr(logs)
     assert "s3cret-pw" not in text and "tok3n-value" not in text

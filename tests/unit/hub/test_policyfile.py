@@ -63,14 +63,17 @@ def test_round_trip_through_dict_yaml_and_json() -> None:
         ),
         ("priority_classes: []", "priority_classes: at least one class is needed"),
         ("teams: [{name: a, wieght: 2}]", "teams[a].wieght: Extra inputs are not permitted"),
-        ("teams: [{name: a, weight: 0}]", "teams[a].weight: Input should be greater than 0"),
+        (
+            "teams: [{name: a, weight: 0}]",
+            "teams[a].weight: Input should be greater than or equal to 0.001",
+        ),
         ("teams: [{name: Bad_Name}]", "teams[Bad_Name].name: String should match pattern"),
         (
             "departments: [{name: d, quotas: {H100: {guaranteed: 8}}}]\n"
             "teams: [{name: a, department: d, quotas: {H100: {guaranteed: 12}}}]",
             "departments[d].quotas[H100].guaranteed: 8 is less than its teams' guarantees (12)",
         ),
-        ("aging: {interval_s: 0}", "aging.interval_s: Input should be greater than 0"),
+        ("aging: {interval_s: 0}", "aging.interval_s: Input should be greater than or equal to 1"),
         ("version: 2", "version: this hub reads policy version 1"),
         ("[1, 2]", "policy: expected a mapping at the top level"),
         ("teams: [", "policy is not valid YAML"),

@@ -75,7 +75,7 @@ def test_unsafe_values_are_refused_without_echoing_them(change: dict[str, object
     }
     fields.update(change)
     boot = SpokeBoot(**fields)
-    with pytest.raises(ValueError, match="outside|characters") as caught:
+    with pytest.raises(ValueError, match=r"outside|characters") as caught:
         render_user_data(DEFAULT_TEMPLATE, boot)
     assert "rm -rf" not in str(caught.value)
 
