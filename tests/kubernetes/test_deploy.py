@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import yaml
 from kubernetes import client as k8s
 
 from bus.processes import stop_process
+from bus.tls import client_context, ensure_local_ca
 from spoke.runtime.kubernetes import DEFAULT_PRIORITY_CLASSES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,9 +86,27 @@ def env_of(spec: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in spec.get("env", [])}
 
 
+@functools.cache
+def tls_dir_for_tests() -> Path:
+    """Certificates where the configs expect the mounted gpufed-nats-tls Secret (a local CA)."""
+    directory = Path(tempfile.mkdtemp(prefix="gpufed-nats-tls-"))
+    files = ensure_local_ca(directory)
+    shutil.copy(files.cert_file, directory / "tls.crt")
+    shutil.copy(files.key_file, directory / "tls.key")
+    shutil.copy(files.ca_file, directory / "ca.crt")
+    return directory
+
+
+def with_test_tls(config_text: str) -> str:
+    """A shipped config with its certificate paths pointed at `tls_dir_for_tests()`."""
+    return config_text.replace("/etc/nats/tls", str(tls_dir_for_tests()))
+
+
 def nats_check(config: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    checked = Path(tempfile.mkdtemp(prefix="gpufed-nats-check-")) / "nats.conf"
+    checked.write_text(with_test_tls(Path(config).read_text()))
     return subprocess.run(
-        [tool("nats-server"), "-t", "-c", config],
+        [tool("nats-server"), "-t", "-c", str(checked)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -129,9 +150,13 @@ def test_hub_runs_the_documented_command_with_the_embedded_store() -> None:
     command = " ".join(hub["command"] + hub["args"]).replace("$(", "$").replace(")", "")
     assert command == (
         "gpufed hub --nats-url-file /var/run/secrets/gpufed/nats/url "
+        "--nats-ca /var/run/secrets/gpufed/nats-ca/ca.crt "
         "--store-url sqlite:////data/gpufed.db --api-host 0.0.0.0 --api-port 8080 --data-dir /data"
     )
-    assert secret_mounts(docs, "gpufed-hub") == {"/var/run/secrets/gpufed/nats": "gpufed-hub-nats"}
+    assert secret_mounts(docs, "gpufed-hub") == {
+        "/var/run/secrets/gpufed/nats": "gpufed-hub-nats",
+        "/var/run/secrets/gpufed/nats-ca": "gpufed-nats-tls",
+    }
     claim = one(docs, "Deployment", "gpufed-hub")["spec"]["template"]["spec"]["volumes"][0]
     assert one(docs, "PersistentVolumeClaim", claim["persistentVolumeClaim"]["claimName"])
     assert any(
@@ -149,6 +174,7 @@ def test_hub_postgres_reads_the_store_url_from_a_mounted_secret() -> None:
     assert "sqlite" not in args and "env" not in hub
     assert secret_mounts(docs, "gpufed-hub") == {
         "/var/run/secrets/gpufed/nats": "gpufed-hub-nats",
+        "/var/run/secrets/gpufed/nats-ca": "gpufed-nats-tls",
         "/var/run/secrets/gpufed/store": "gpufed-hub-store",
     }
 
@@ -178,10 +204,12 @@ def test_spoke_runs_the_documented_command_with_its_own_identity(
     assert command == (
         "gpufed spoke --id $GPUFED_SPOKE_ID --region $GPUFED_REGION "
         "--nats-url-file /var/run/secrets/gpufed/nats/url "
+        "--nats-ca /var/run/secrets/gpufed/nats-ca/ca.crt "
         "--inventory kubernetes --runtime kubernetes"
     )
     assert secret_mounts(docs, "gpufed-spoke") == {
-        "/var/run/secrets/gpufed/nats": "gpufed-spoke-nats"
+        "/var/run/secrets/gpufed/nats": "gpufed-spoke-nats",
+        "/var/run/secrets/gpufed/nats-ca": "gpufed-nats-tls",
     }
     config_name = env_of(spoke)["GPUFED_SPOKE_ID"]["configMapKeyRef"]["name"]
     config = one(docs, "ConfigMap", config_name)["data"]
@@ -329,7 +357,7 @@ def leaf_eu(tmp_path: Path) -> Iterator[str]:
     port, http_port = free_port(), free_port()
     config = tmp_path / "leaf-eu.conf"  # as shipped, but storing under tmp_path
     shipped = (DEPLOY / "nats" / "leaf-eu.conf").read_text()
-    config.write_text(shipped.replace("/data/jetstream", str(tmp_path / "js")))
+    config.write_text(with_test_tls(shipped.replace("/data/jetstream", str(tmp_path / "js"))))
     command = [tool("nats-server"), "-c", str(config), "-a", "127.0.0.1", "-p", str(port)]
     process = subprocess.Popen(
         [*command, "-m", str(http_port)],
@@ -346,9 +374,27 @@ def leaf_eu(tmp_path: Path) -> Iterator[str]:
             except OSError:
                 assert time.monotonic() < deadline, "nats-server did not start"
                 time.sleep(0.02)
-        yield f"nats://127.0.0.1:{port}"
+        yield f"tls://127.0.0.1:{port}"
     finally:
         stop_process(process)
+
+
+async def connect_tls(url: str, **options: Any) -> nats.aio.client.Client:
+    """Connect to the leaf over TLS, checking its certificate against the test CA."""
+    return await nats.connect(url, tls=client_context(tls_dir_for_tests() / "ca.crt"), **options)
+
+
+async def test_leaf_config_refuses_clients_without_tls(leaf_eu: str) -> None:
+    plain = leaf_eu.replace("tls://", "nats://")
+    with pytest.raises(Exception):  # noqa: B017 - the server requires TLS first
+        await nats.connect(
+            plain,
+            user="admin",
+            password="test-admin",
+            allow_reconnect=False,
+            connect_timeout=2,
+            tls=None,
+        )
 
 
 async def test_leaf_config_confines_a_spoke_to_its_own_subjects(leaf_eu: str) -> None:
@@ -357,8 +403,8 @@ async def test_leaf_config_confines_a_spoke_to_its_own_subjects(leaf_eu: str) ->
     async def on_error(error: Exception) -> None:
         errors.append(str(error))
 
-    admin = await nats.connect(leaf_eu, user="admin", password="test-admin")
-    spoke = await nats.connect(
+    admin = await connect_tls(leaf_eu, user="admin", password="test-admin")
+    spoke = await connect_tls(
         leaf_eu,
         user="spoke-eu-west-1",
         password="test-eu-west",
@@ -400,8 +446,8 @@ async def test_leaf_config_lets_a_spoke_consume_only_its_own_commands(leaf_eu: s
     async def on_error(error: Exception) -> None:
         errors.append(str(error))
 
-    admin = await nats.connect(leaf_eu, user="admin", password="test-admin")
-    spoke = await nats.connect(
+    admin = await connect_tls(leaf_eu, user="admin", password="test-admin")
+    spoke = await connect_tls(
         leaf_eu,
         user="spoke-eu-west-1",
         password="test-eu-west",
