@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from hub import transitions
 from hub.core import lifecycle
 from hub.core.lifecycle import Event
+from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
@@ -86,6 +87,10 @@ class Handlers:
             self._malformed(msg, ValueError("spoke_id does not match the subject"))
             return
         state = self.state
+        forged = forged_burst_labels(report, state.instances.get(report.spoke_id))
+        if forged:
+            self._malformed(msg, ValueError(f"labels only burst may set: {', '.join(forged)}"))
+            return
         previous = state.reports.get(report.spoke_id)
         if (
             previous is not None

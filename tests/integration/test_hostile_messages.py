@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bus.client import Bus
-from schemas import Phase, subjects
+from schemas import CapacityReport, Phase, subjects
 from schemas.burst import BURST_STATE
 from tests.integration.fed import InProcessFederation, nodes, until
 
@@ -33,4 +33,25 @@ async def test_hostile_payloads_on_every_subject_are_survived(fed: InProcessFede
     # Both still work.
     wid = await fed.submit(name="after", team="t", command=["true"])
     assert (await fed.wait_phase(wid, {Phase.SUCCEEDED}))["phase"] == "succeeded"
+    await bus.close()
+
+
+async def test_a_spoke_burst_did_not_launch_cannot_reserve_itself_for_a_team(
+    fed: InProcessFederation,
+) -> None:
+    hub = await fed.start_hub()
+    bus = Bus(fed.tool_settings())
+    await bus.connect()
+    before = hub.counters["malformed"]
+    claim = CapacityReport(
+        spoke_id="eu-9",
+        region="eu",
+        incarnation="i",
+        seq=1,
+        sent_at=0.0,
+        labels={"burst-team": "vision"},
+    )
+    await bus.publish(subjects.capacity("eu-9"), claim.model_dump_json().encode())
+    await until(lambda: hub.counters["malformed"] == before + 1)
+    assert "eu-9" not in hub.reports
     await bus.close()
