@@ -108,7 +108,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     try:
         fed.start()
         catalog.write_text(yaml.safe_dump(CATALOG))
-        bus = Bus(BusSettings(url=fed.nats.url, name="bench-burst"))
+        bus = Bus(fed.client_settings("bench-burst"))
         await bus.connect()
         watch = Watch()
         await bus.nc.subscribe(BURST_INSTANCES, cb=watch.on_instance)

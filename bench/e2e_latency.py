@@ -30,8 +30,10 @@ FLEET = (
 )
 
 
-async def measure(nats_url: str, rate: float, count: int, settle_s: float) -> dict[str, object]:
-    bus = Bus(BusSettings(url=nats_url, name="bench"))
+async def measure(
+    settings: BusSettings, rate: float, count: int, settle_s: float
+) -> dict[str, object]:
+    bus = Bus(settings)
     await bus.connect()
     sent_at: dict[str, float] = {}
     accepted_at: dict[str, float] = {}
@@ -97,7 +99,9 @@ def main() -> None:
         try:
             print("starting the embedded federation", file=sys.stderr, flush=True)
             fed.start()
-            result = asyncio.run(measure(fed.nats.url, args.rate, args.count, args.settle))
+            result = asyncio.run(
+                measure(fed.client_settings("bench"), args.rate, args.count, args.settle)
+            )
         finally:
             fed.stop()
     print(json.dumps(result))

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from gpufed.up import Federation, SimSpoke
 from schemas import SubmitReply, WorkloadEvent, subjects
 
@@ -44,7 +44,7 @@ async def submit(bus: Bus, spec: dict[str, object]) -> str:
 
 
 async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
-    bus = Bus(BusSettings(url=fed.nats.url, name="bench-recovery"))
+    bus = Bus(fed.client_settings("bench-recovery"))
     await bus.connect()
     running: dict[str, list[tuple[str, float]]] = {}
 
