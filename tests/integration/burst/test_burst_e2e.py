@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
+import nats.errors
 import pytest
 import yaml
 
@@ -141,3 +144,23 @@ def test_work_bursts_to_a_cloud_spoke_that_is_released_when_idle(burst: Burst) -
     [instance] = burst.instances()
     assert instance["instance_type"] == "sim.l4x2"
     assert process_gone(int(instance["provider_instance_id"].removeprefix("pid-")), cloud["id"])
+    # Its NATS credential ended with it: the server refuses it from then on.
+    creds = burst.state_dir / "creds" / f"{cloud['id']}.creds"
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+    burst.until(lambda: not can_connect(burst.fed.nats.url, creds), 10, "the credential revoked")
+
+
+def can_connect(url: str, creds: Path) -> bool:
+    """Whether a client with this creds file gets in (a refusal is an auth error at once)."""
+
+    async def attempt() -> bool:
+        try:
+            nc = await nats.connect(
+                url, user_credentials=str(creds), allow_reconnect=False, connect_timeout=2
+            )
+        except nats.errors.Error:
+            return False
+        await nc.close()
+        return True
+
+    return asyncio.run(attempt())
