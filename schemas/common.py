@@ -47,6 +47,12 @@ def refuse_control(value: str) -> str:
     return value
 
 
+def clean_text(value: str, max_length: int) -> str:
+    """`value` made fit for a bounded text field: control characters replaced, then cut."""
+    cleaned = _CONTROL.sub("\ufffd", value)
+    return cleaned if len(cleaned) <= max_length else cleaned[: max_length - 3] + "..."
+
+
 #: Free text on the wire: reasons, messages, incarnations.
 ShortText = Annotated[str, StringConstraints(max_length=256), AfterValidator(refuse_control)]
 LongText = Annotated[str, StringConstraints(max_length=4096), AfterValidator(refuse_control)]

@@ -35,6 +35,7 @@ from schemas import (
     parse_command,
     subjects,
 )
+from schemas.common import clean_text
 from spoke.errors import SpokeError
 from spoke.journal import Journal
 from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
@@ -389,8 +390,10 @@ class SpokeAgent:
             epoch=epoch,
             phase=phase,
             exit_code=exit_code,
-            reason=reason,
-            message=message[:4096],
+            # Reasons and messages come from runtimes (a pod's termination message is anything
+            # the container wrote): made to fit the wire's bounds, never a reason to fail.
+            reason=clean_text(reason, 256),
+            message=clean_text(message, 4096),
             at=self.clock(),
         )
         if self.journal.queue_event(event):

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from hub.policyfile import PolicyError, load_policy
 from schemas import CapacityReport, WorkloadEvent, WorkloadSpec
 from schemas.commands import CancelCommand
-from schemas.common import SPOKE_ID_MAX
+from schemas.common import SPOKE_ID_MAX, clean_text
 from schemas.events import EventPhase
 from schemas.sync import SyncRequest
 from spoke.settings import SpokeSettings
@@ -146,3 +146,14 @@ def test_policy_numbers_are_bounded(yaml_text: str, field: str) -> None:
 
 def test_an_aging_interval_of_one_second_is_accepted() -> None:
     assert load_policy("aging: {interval_s: 1}").aging.interval_s == 1.0
+
+
+def test_runtime_text_is_made_to_fit_rather_than_refused() -> None:
+    # What a spoke does with a pod's termination message before it goes on the wire.
+    message = clean_text("\x1b[31mKilled\x00" + "x" * 10_000, 4096)
+    event = WorkloadEvent(
+        event_id="e", spoke_id="eu-1", workload_id="w1", epoch=1, phase=EventPhase.FAILED,
+        at=0.0, reason=clean_text("r" * 1000, 256), message=message,
+    )  # fmt: skip
+    assert len(event.message) == 4096 and "\x00" not in event.message
+    assert len(event.reason) == 256
