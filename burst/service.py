@@ -31,6 +31,7 @@ from burst.catalog import Catalog
 from burst.core.model import BurstPlan, BurstPolicy, CloudInstance, Launch, PlannerState, Terminate
 from burst.core.planner import plan_burst
 from burst.core.state import accrue_spend, commit_plan, record_capacity_error
+from burst.credentials import InstanceCredentials
 from burst.errors import BurstError, InsufficientCapacityError
 from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
@@ -87,7 +88,7 @@ class BurstController:
         issuer: CredentialIssuer | None = None,
     ) -> None:
         self.settings = settings
-        self.issuer = issuer  # None: the bus has no auth, instances get no credential
+        self.credentials = InstanceCredentials(issuer, provider, settings.instance_credential_ttl_s)
         self.bus = bus
         self.provider = provider
         self.catalog = catalog
@@ -103,7 +104,6 @@ class BurstController:
         self._accrued_at = 0.0
         self._next_reconcile = 0.0
         self._last_skips: tuple[tuple[str, str, int], ...] = ()
-        self._unrevoked: set[str] = set()  # ended instances whose credential is still valid
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, load the hub's record of the fleet, reconcile it, then plan every tick."""
@@ -153,7 +153,8 @@ class BurstController:
         )
         self._accrued_at = now
         await self._publish_joins(now)
-        await self._revoke_ended(now)
+        await self.credentials.revoke_pending(now)
+        await self.credentials.renew_due({k: r.state for k, r in self.fleet.items()}, now)
         demand = self.demand or DemandReport(sent_at=now, seq=0)
         plan = plan_burst(
             demand,
@@ -349,8 +350,7 @@ class BurstController:
         self.fleet[burst_id] = record
         await self._publish(event, f"{burst_id}-{event.state.value}")
         # The credential is this instance's alone; it is never logged or published.
-        creds = self.issuer.mint(burst_id, now) if self.issuer is not None else None
-        request = LaunchRequest.from_launch(launch, creds)
+        request = LaunchRequest.from_launch(launch, self.credentials.mint(burst_id, now))
         try:
             info = await self.provider.launch(request)
         except Exception as exc:
@@ -498,20 +498,7 @@ class BurstController:
             return
         for info in swept:
             log.warning("burst_orphan_swept", burst_id=info.burst_id, team=info.team)
-            self._unrevoked.add(info.burst_id)
-        await self._revoke_ended(now)
-
-    async def _revoke_ended(self, now: float) -> None:
-        """Revoke the NATS credentials of ended instances (retried next round on failure)."""
-        if self.issuer is None or not self._unrevoked:
-            return
-        ids = sorted(self._unrevoked)
-        try:
-            await self.issuer.revoke(ids, now)
-        except Exception as exc:
-            log.warning("burst_revoke_failed", burst_ids=ids, error=str(exc))
-            return
-        self._unrevoked.difference_update(ids)
+        await self.credentials.ended([info.burst_id for info in swept], now)
 
     # --- publishing ---
 
@@ -526,8 +513,7 @@ class BurstController:
         record.event = event
         await self._publish(event, f"{event.burst_id}-{state.value}")
         if not state.active:  # released, failed or gone: its credential ends with it
-            self._unrevoked.add(event.burst_id)
-            await self._revoke_ended(now)
+            await self.credentials.ended([event.burst_id], now)
 
     async def _publish(self, event: InstanceEvent, msg_id: str) -> None:
         await self.bus.publish_durable(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,13 @@ def mask_url(text: str) -> str:
     return _URL_USERINFO.sub(masked, text)
 
 
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
 #: How long JetStream remembers a Nats-Msg-Id; a retried publish inside it is dropped as a repeat.
 DUPLICATE_WINDOW_S = 120.0
 
@@ -63,6 +71,8 @@ class BusSettings:
     inbox_prefix: str | None = None
     #: CA file that signed the server's certificate (for tls:// URLs); None: the system's CAs.
     tls_ca: str | None = None
+    #: How often a creds file is checked for a renewed credential (then the bus reconnects).
+    creds_poll_s: float = 5.0
 
 
 class Bus:
@@ -74,6 +84,7 @@ class Bus:
         self._js: JetStreamContext | None = None
         self.connected = asyncio.Event()
         self.reconnected = asyncio.Event()  # set on every reconnect; whoever reacts clears it
+        self._creds_watch: asyncio.Task[None] | None = None
 
     @property
     def nc(self) -> Client:
@@ -137,11 +148,18 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self._js = self._nc.jetstream(timeout=s.publish_timeout_s)
+        if isinstance(s.user_credentials, str) and self._creds_watch is None:
+            self._creds_watch = asyncio.create_task(
+                self._watch_credentials(s.user_credentials, s.creds_poll_s)
+            )
         self.connected.set()
         log.info("nats_connected", url=mask_url(s.url), name=s.name)
 
     async def close(self) -> None:
         """Flush what is buffered and close (no drain: a pending pull would stall it)."""
+        if self._creds_watch is not None:
+            self._creds_watch.cancel()
+            self._creds_watch = None
         nc, self._nc = self._nc, None
         if nc is None or nc.is_closed:
             return
@@ -259,6 +277,24 @@ class Bus:
                     await handler(msg)
                 except Exception:
                     log.exception("message_handler_failed", subject=msg.subject)
+
+    async def _watch_credentials(self, path: str, every_s: float) -> None:
+        """Reconnect when the creds file is replaced (renewed before it expires).
+
+        The client reads the file on every (re)connect; a renewed credential only takes effect
+        on a new connection, and the server closes one whose JWT expired for good.
+        """
+        seen = _mtime(path)
+        while True:
+            await asyncio.sleep(every_s)
+            now = _mtime(path)
+            if now == seen or now is None:
+                continue
+            seen = now
+            nc = self._nc
+            if nc is not None and nc.is_connected:
+                log.info("nats_credentials_renewed", name=self.settings.name)
+                await nc.force_reconnect()
 
     # --- connection callbacks: NATS reports permission denials only here ---
 

@@ -123,6 +123,14 @@ class LocalProvider:
         )
         return self._info(record)
 
+    async def renew_credentials(self, burst_id: str, creds: str) -> None:
+        """Replace a running instance's NATS credential (its spoke reconnects with it)."""
+        path = self.state_dir / "creds" / f"{burst_id}.creds"
+        try:
+            await asyncio.to_thread(write_secret, path, creds)
+        except OSError as exc:
+            raise RetryableBurstError(f"cannot renew {burst_id}'s credential: {exc}") from exc
+
     async def describe(self, burst_ids: Sequence[str]) -> list[InstanceInfo]:
         """The recorded instances of these ids, alive or not; unknown ids are left out."""
         async with self._lock:

@@ -18,7 +18,7 @@ from nats.aio.client import Client, RawCredentials
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from bus import identities
-from bus.authority import NatsAuthority
+from bus.authority import NatsAuthority, write_secret
 from bus.client import Bus, BusSettings
 from bus.issuer import InstanceIssuer
 from bus.natsserver import EmbeddedNats
@@ -230,6 +230,40 @@ async def test_a_burst_credential_expires(
     await until(lambda: time.time() >= expired_at + 1, timeout=10)
     with pytest.raises(nats.errors.Error, match=r"Authorization Violation|Expired"):
         await connect(issued.creds, identities.inbox_prefix("burst-8-0-ab"))
+
+
+async def test_a_renewed_credential_keeps_a_spoke_connected_past_the_first_expiry(
+    secure_nats: EmbeddedNats, hub_bus: Bus, tmp_path: Path
+) -> None:
+    assert secure_nats.authority is not None
+    issuer_file = secure_nats.authority.write_issuer(tmp_path / "issuer.json", int(time.time()))
+    issuer = InstanceIssuer(issuer_file, secure_nats.url, ttl_s=3)
+    first = issuer.issue("burst-9-0-ab", time.time())
+    creds = write_secret(tmp_path / "creds" / "burst-9-0-ab.creds", first.creds)
+    heard: list[bytes] = []
+
+    async def record(msg: nats.aio.msg.Msg) -> None:
+        heard.append(msg.data)
+
+    await hub_bus.nc.subscribe(subjects.capacity("burst-9-0-ab"), cb=record)
+    spoke = Bus(
+        BusSettings(
+            url=secure_nats.url,
+            user_credentials=str(creds),
+            inbox_prefix=identities.inbox_prefix("burst-9-0-ab"),
+            creds_poll_s=0.1,
+        )
+    )
+    await spoke.connect(first_attempt_timeout_s=5)
+    await asyncio.sleep(1.1)  # a later second: the renewed JWT is a new one
+    renewing = InstanceIssuer(issuer_file, secure_nats.url, ttl_s=60)
+    write_secret(creds, renewing.mint("burst-9-0-ab", time.time()))  # what burst does
+    assert first.expires_at is not None
+    expired_at = first.expires_at
+    await until(lambda: time.time() >= expired_at + 1, timeout=10)
+    await spoke.publish(subjects.capacity("burst-9-0-ab"), b"still here")
+    await until(lambda: heard == [b"still here"])
+    await spoke.close()
 
 
 async def test_no_credential_no_connection(secure_nats: EmbeddedNats) -> None:
