@@ -7,7 +7,8 @@ import pytest
 from bus.client import Bus
 from schemas import CapacityReport, Phase, subjects
 from schemas.burst import BURST_STATE
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.security]
 
@@ -28,8 +29,8 @@ async def test_hostile_payloads_on_every_subject_are_survived(fed: InProcessFede
         for subject in (subjects.sync("eu-1"), subjects.SUBMIT, BURST_STATE):
             await bus.nc.request(subject, payload, timeout=5)  # answered, not crashed
         await bus.publish_durable(subjects.commands("eu-1"), payload, f"badcmd-{len(payload)}")
-    await until(lambda: hub.counters["malformed"] - before >= 9, 20)
-    await until(lambda: spoke.counters["malformed"] >= 3, 20)
+    await wait_until(lambda: hub.counters["malformed"] - before >= 9, 20, "9 malformed at the hub")
+    await wait_until(lambda: spoke.counters["malformed"] >= 3, 20, "3 malformed commands")
     # Both still work.
     wid = await fed.submit(name="after", team="t", command=["true"])
     assert (await fed.wait_phase(wid, {Phase.SUCCEEDED}))["phase"] == "succeeded"
@@ -52,6 +53,6 @@ async def test_a_spoke_burst_did_not_launch_cannot_reserve_itself_for_a_team(
         labels={"burst-team": "vision"},
     )
     await bus.publish(subjects.capacity("eu-9"), claim.model_dump_json().encode())
-    await until(lambda: hub.counters["malformed"] == before + 1)
+    await wait_until(lambda: hub.counters["malformed"] == before + 1, 5, "the report dropped")
     assert "eu-9" not in hub.reports
     await bus.close()

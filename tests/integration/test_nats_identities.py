@@ -23,6 +23,7 @@ from bus.client import Bus, BusSettings
 from bus.issuer import InstanceIssuer
 from bus.natsserver import EmbeddedNats
 from schemas import subjects
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.security]
 
@@ -100,7 +101,7 @@ async def test_a_spoke_cannot_speak_for_another_spoke(
         await eu1.publish(subject, b'{"forged": true}')
     await eu1.publish(subjects.capacity("eu-1"), b"{}")  # its own subject: allowed
     await eu1.flush()
-    await until(lambda: subjects.capacity("eu-1") in heard and len(errors) >= 3)
+    await wait_until(lambda: subjects.capacity("eu-1") in heard and len(errors) >= 3)
     assert heard == [subjects.capacity("eu-1")]
     for subject in forged:
         assert any(f'publish to "{subject}"' in e for e in errors), errors
@@ -108,7 +109,7 @@ async def test_a_spoke_cannot_speak_for_another_spoke(
     for subject in (subjects.commands("eu-2"), "_INBOX.>", f"{identities.inbox_prefix('eu-2')}.>"):
         await eu1.subscribe(subject)
     await eu1.flush()
-    await until(lambda: sum("subscription" in e for e in errors) >= 3)
+    await wait_until(lambda: sum("subscription" in e for e in errors) >= 3)
 
 
 async def test_a_spoke_cannot_consume_or_delete_another_spokes_commands(
@@ -199,10 +200,10 @@ async def test_a_burst_credential_stops_working_when_released(
     nc, errors = await connect(creds, inbox)
     await nc.publish(subjects.capacity("burst-7-1-cd"), b"{}")  # confined like any spoke
     await nc.flush()
-    await until(lambda: any("burst-7-1-cd" in e for e in errors))
+    await wait_until(lambda: any("burst-7-1-cd" in e for e in errors))
 
     await issuer.revoke(["burst-7-0-ab"], time.time())
-    await until(lambda: nc.is_closed)  # cut off at once
+    await wait_until(lambda: nc.is_closed)  # cut off at once
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await connect(creds, inbox)
     # The revocation survives a server restart (the resolver keeps the account update).
@@ -224,10 +225,10 @@ async def test_a_burst_credential_expires(
     issued = issuer.issue("burst-8-0-ab", time.time())
     nc, _ = await connect(issued.creds, identities.inbox_prefix("burst-8-0-ab"))
     assert issued.expires_at is not None
-    await until(lambda: nc.is_closed, timeout=10)  # the server closes it at `exp`
+    await wait_until(lambda: nc.is_closed, timeout=10)  # the server closes it at `exp`
     # The server compares whole seconds: once the second after `exp` began, it is refused.
     expired_at = issued.expires_at
-    await until(lambda: time.time() >= expired_at + 1, timeout=10)
+    await wait_until(lambda: time.time() >= expired_at + 1, timeout=10)
     with pytest.raises(nats.errors.Error, match=r"Authorization Violation|Expired"):
         await connect(issued.creds, identities.inbox_prefix("burst-8-0-ab"))
 
@@ -260,20 +261,12 @@ async def test_a_renewed_credential_keeps_a_spoke_connected_past_the_first_expir
     write_secret(creds, renewing.mint("burst-9-0-ab", time.time()))  # what burst does
     assert first.expires_at is not None
     expired_at = first.expires_at
-    await until(lambda: time.time() >= expired_at + 1, timeout=10)
+    await wait_until(lambda: time.time() >= expired_at + 1, timeout=10)
     await spoke.publish(subjects.capacity("burst-9-0-ab"), b"still here")
-    await until(lambda: heard == [b"still here"])
+    await wait_until(lambda: heard == [b"still here"])
     await spoke.close()
 
 
 async def test_no_credential_no_connection(secure_nats: EmbeddedNats) -> None:
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await nats.connect(secure_nats.url, allow_reconnect=False, connect_timeout=3)
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.02)
