@@ -159,7 +159,7 @@ class Federation:
                 "--id", spoke.id,
                 "--region", spoke.region,
                 "--nats-url", nats_url or self.nats.url,
-                *self.nats_args(spoke.id, identities.spoke_permissions(spoke.id)),
+                *self.nats_args(f"spoke-{spoke.id}", identities.spoke_permissions(spoke.id)),
                 "--inventory", f"static:{inventory}",
                 "--runtime", "local",
                 "--state-dir", str(self.data_dir / "spokes"),

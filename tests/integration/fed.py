@@ -85,7 +85,7 @@ class InProcessFederation:
             id=spoke_id,
             region=region,
             nats_url=self.nats_url,
-            nats_creds=self.creds_file(spoke_id, identities.spoke_permissions(spoke_id)),
+            nats_creds=self.creds_file(f"spoke-{spoke_id}", identities.spoke_permissions(spoke_id)),
             state_dir=self.root / "spokes",
             heartbeat_s=heartbeat_s,
             stop_grace_s=2.0,

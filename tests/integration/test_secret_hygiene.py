@@ -73,7 +73,7 @@ def test_gpufed_up_puts_no_secret_in_argv_and_keeps_creds_files_private(tmp_path
         fed.start_burst()
         time.sleep(0.5)  # let them exec: argv is read from /proc
         creds = sorted((fed.secrets_dir / "creds").glob("*.creds"))
-        assert {c.stem for c in creds} == {"hub", "eu-1", "burst"}
+        assert {c.stem for c in creds} == {"hub", "spoke-eu-1", "burst"}
         secrets = [c.read_text() for c in creds]
         secrets.append((fed.secrets_dir / "burst-issuer.json").read_text())
         for path in [*creds, fed.secrets_dir / "burst-issuer.json"]:
