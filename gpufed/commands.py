@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from gpufed.client import ApiError, HubClient
+from gpufed.policy_view import parse_instant, policy_in_force
 
 
 def add_client_commands(sub: Any) -> None:
@@ -54,6 +56,12 @@ def add_client_commands(sub: Any) -> None:
     policy.add_argument("action", choices=["show", "set"])
     policy.add_argument("file", nargs="?", type=Path, help="policy YAML (for set)")
     policy.add_argument("--token", default=os.environ.get("GPUFED_ADMIN_TOKEN"))
+    policy.add_argument(
+        "--at",
+        default=None,
+        metavar="TIME",
+        help="show: the policy in force at TIME (now, ISO 8601, epoch s), time windows applied",
+    )
 
     usage = command("usage", "GPU-hours and cloud cost per team", _usage)
     usage.add_argument("--since", type=float, default=0.0, help="unix time (default: all)")
@@ -173,7 +181,14 @@ def _spokes(args: argparse.Namespace) -> int:
 
 def _policy(args: argparse.Namespace) -> int:
     if args.action == "show":
-        print(yaml.safe_dump(args.client.policy(), sort_keys=False), end="")
+        document = args.client.policy()
+        if args.at is not None:
+            try:
+                document = policy_in_force(document, parse_instant(args.at, time.time()))
+            except ValueError as exc:
+                print(f"gpufed: {exc}", file=sys.stderr)
+                return 2
+        print(yaml.safe_dump(document, sort_keys=False), end="")
         return 0
     if args.file is None:
         print("gpufed policy set: give the policy file", file=sys.stderr)

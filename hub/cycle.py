@@ -41,7 +41,7 @@ class Cycle:
                 return Plan()
             running = self.running()
             result = plan_placement(
-                self.snapshot(now, running), pending, running, state.policy, now
+                self.snapshot(now, running), pending, running, state.policy_at(now), now
             )
             changed, decisions = self._apply(result, now)
             if changed or decisions:

@@ -20,6 +20,15 @@ The file format (docs/policy.md has the full story)::
           "*": {guaranteed: 0, limit: 8}      # every model not listed
     default_team: {may_burst: false}         # teams not listed
     aging: {interval_s: 900, step: 25}
+    windows:                                 # changes on a weekly schedule; first in force wins
+      - name: workday
+        timezone: Europe/Berlin
+        days: weekdays                       # or [mon, tue, ...], weekends, daily
+        start: "08:00"                       # quote times: YAML reads 20:00 as a number
+        end: "20:00"                         # an end not after start runs past midnight
+        priority_classes: {dev: {value: 600}}
+        teams: {vision: {quotas: {H100: {guaranteed: 4}}}}   # model by model
+        departments: {research: {quotas: {H100: {guaranteed: 40}}}}
 
 Anything wrong raises `PolicyError` naming the field, e.g.
 ``teams[vision].quotas[H100].limit: 8 is below the guaranteed 16``.
@@ -28,11 +37,21 @@ Anything wrong raises `PolicyError` naming the field, e.g.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
 from hub.core.policy import (
     DEFAULT_CLASSES,
@@ -43,13 +62,17 @@ from hub.core.policy import (
     MIN_AGING_INTERVAL_S,
     MIN_WEIGHT,
     Aging,
+    ClassChange,
     Department,
     Policy,
     PriorityClass,
     Quota,
     Team,
+    TeamChange,
+    Window,
     check_policy,
 )
+from hub.core.windows import check_windows
 from schemas.common import DNS_LABEL_PATTERN
 
 FORMAT_VERSION = 1
@@ -96,8 +119,9 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         departments=tuple(Department(d.name, _quotas(d.quotas)) for d in doc.departments),
         default_team=Team("*", None, _quotas(default.quotas), default.weight, default.may_burst),
         aging=Aging(doc.aging.interval_s, doc.aging.step),
+        windows=tuple(_window(w) for w in doc.windows),
     )
-    problems = check_policy(policy)
+    problems = check_policy(policy) + check_windows(policy)
     if problems:
         raise PolicyError("; ".join(problems))
     return policy
@@ -135,6 +159,7 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "quotas": _quotas_dict(policy.default_team.quotas),
         },
         "aging": {"interval_s": policy.aging.interval_s, "step": policy.aging.step},
+        "windows": [_window_dict(w) for w in policy.windows],
     }
 
 
@@ -191,6 +216,69 @@ class _AgingDoc(_Doc):
     step: int = Field(default=25, ge=0, le=MAX_PRIORITY)
 
 
+_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DAY_SETS = {"weekdays": _DAYS[:5], "weekends": _DAYS[5:], "daily": _DAYS}
+
+
+def _clock_time(value: Any) -> Any:
+    # PyYAML reads an unquoted 20:00 as the base-60 number 1200: take it back as a time.
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1440:
+        return f"{value // 60:02d}:{value % 60:02d}"
+    return value
+
+
+def _day_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return list(_DAY_SETS.get(value.lower(), (value,)))
+    return value
+
+
+def _check_clock(value: str) -> str:
+    if not re.fullmatch(r"([01][0-9]|2[0-3]):[0-5][0-9]|24:00", value):
+        raise ValueError(f"expected a time HH:MM from 00:00 to 24:00, got {value!r}")
+    return value
+
+
+def _check_day(value: str) -> str:
+    if value not in _DAYS:
+        raise ValueError(f"expected mon..sun, weekdays, weekends or daily, got {value!r}")
+    return value
+
+
+ClockTime = Annotated[str, BeforeValidator(_clock_time), AfterValidator(_check_clock)]
+DayName = Annotated[str, AfterValidator(_check_day)]
+
+
+class _ClassChangeDoc(_Doc):
+    value: int | None = None
+    preemptible: bool | None = None
+    may_borrow: bool | None = None
+
+
+class _TeamChangeDoc(_Doc):
+    weight: float | None = Field(default=None, gt=0)
+    may_burst: bool | None = None
+    quotas: dict[ModelKey, _QuotaDoc] = Field(default_factory=dict)
+
+
+class _DepartmentChangeDoc(_Doc):
+    quotas: dict[ModelKey, _QuotaDoc] = Field(default_factory=dict)
+
+
+class _WindowDoc(_Doc):
+    name: str = Field(pattern=DNS_LABEL_PATTERN)
+    timezone: str = "UTC"
+    days: Annotated[list[DayName], BeforeValidator(_day_list)] = Field(
+        default_factory=lambda: list(_DAYS)
+    )
+    start: ClockTime = "00:00"
+    end: ClockTime = "24:00"
+    priority_classes: dict[str, _ClassChangeDoc] = Field(default_factory=dict)
+    teams: dict[str, _TeamChangeDoc] = Field(default_factory=dict)
+    departments: dict[str, _DepartmentChangeDoc] = Field(default_factory=dict)
+    default_team: _TeamChangeDoc | None = None
+
+
 class _PolicyDoc(_Doc):
     version: int = FORMAT_VERSION
     priority_classes: list[_ClassDoc] | None = Field(default=None, max_length=64)
@@ -198,6 +286,77 @@ class _PolicyDoc(_Doc):
     teams: list[_TeamDoc] = Field(default_factory=list, max_length=100_000)
     default_team: _DefaultTeamDoc = Field(default_factory=_DefaultTeamDoc)
     aging: _AgingDoc = Field(default_factory=_AgingDoc)
+    windows: list[_WindowDoc] = Field(default_factory=list)
+
+
+def _window(doc: _WindowDoc) -> Window:
+    try:
+        zone = ZoneInfo(doc.timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise PolicyError(
+            f"windows[{doc.name}].timezone: unknown time zone {doc.timezone!r} "
+            "(an IANA name such as Europe/Berlin)"
+        ) from exc
+    return Window(
+        name=doc.name,
+        zone=zone,
+        timezone=doc.timezone,
+        days=frozenset(_DAYS.index(d) for d in doc.days),
+        start_s=_seconds(doc.start),
+        end_s=_seconds(doc.end),
+        classes={
+            name: ClassChange(c.value, c.preemptible, c.may_borrow)
+            for name, c in doc.priority_classes.items()
+        },
+        teams={name: _team_change(t) for name, t in doc.teams.items()},
+        departments={name: _quotas(d.quotas) for name, d in doc.departments.items()},
+        default_team=_team_change(doc.default_team) if doc.default_team is not None else None,
+    )
+
+
+def _team_change(doc: _TeamChangeDoc) -> TeamChange:
+    return TeamChange(_quotas(doc.quotas), doc.weight, doc.may_burst)
+
+
+def _seconds(clock: str) -> int:
+    hours, minutes = (int(part) for part in clock.split(":"))
+    return hours * 3600 + minutes * 60
+
+
+def _clock(seconds: int) -> str:
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
+
+
+def _window_dict(w: Window) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": w.name,
+        "timezone": w.timezone,
+        "days": [d for i, d in enumerate(_DAYS) if i in w.days],
+        "start": _clock(w.start_s),
+        "end": _clock(w.end_s),
+        "priority_classes": {
+            name: {k: v for k, v in _class_change_items(c) if v is not None}
+            for name, c in w.classes.items()
+        },
+        "teams": {name: _team_change_dict(t) for name, t in w.teams.items()},
+        "departments": {name: {"quotas": _quotas_dict(q)} for name, q in w.departments.items()},
+    }
+    if w.default_team is not None:
+        data["default_team"] = _team_change_dict(w.default_team)
+    return data
+
+
+def _class_change_items(c: ClassChange) -> list[tuple[str, Any]]:
+    return [("value", c.value), ("preemptible", c.preemptible), ("may_borrow", c.may_borrow)]
+
+
+def _team_change_dict(t: TeamChange) -> dict[str, Any]:
+    data: dict[str, Any] = {"quotas": _quotas_dict(t.quotas)}
+    if t.weight is not None:
+        data["weight"] = t.weight
+    if t.may_burst is not None:
+        data["may_burst"] = t.may_burst
+    return data
 
 
 def _quotas(quotas: dict[str, _QuotaDoc]) -> dict[str, Quota]:

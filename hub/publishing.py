@@ -81,7 +81,7 @@ class Publisher:
     ) -> None:
         """Tell burst what no spoke can serve: when it changes, and at least every 2 s."""
         report = unplaceable_demand(
-            result.unplaced, pending, self.state.policy, now, self.demand.seq + 1
+            result.unplaced, pending, self.state.policy_at(now), now, self.demand.seq + 1
         )
         if report.items == self.demand.items and now - self._demand_published_at < DEMAND_EVERY_S:
             return

@@ -25,6 +25,7 @@ from hub import reconcile as reconciliation
 from hub import transitions
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
+from hub.core.windows import next_change
 from hub.cycle import Cycle
 from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound
 from hub.handlers import Handlers
@@ -80,6 +81,7 @@ class HubService:
         self.cycle = Cycle(self.state, self.leases, self.publisher)
         self.handlers = Handlers(self.state, self.leases, self.submit, self.reconcile)
         self.ready = asyncio.Event()
+        self._window: str | None = None  # the policy window last seen in force (for the log)
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
@@ -298,7 +300,7 @@ class HubService:
         wakeup = self.state.wakeup
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), timeout=self.settings.tick_s)
+                await asyncio.wait_for(wakeup.wait(), timeout=self._until_next_cycle())
             if self.settings.debounce_s:
                 await asyncio.sleep(self.settings.debounce_s)
             wakeup.clear()
@@ -308,6 +310,19 @@ class HubService:
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)
+
+    def _until_next_cycle(self) -> float:
+        """Seconds to wait for a trigger: a tick, or less when a policy window starts or ends
+        before then, so the hub re-plans (and reclaims) under the new policy right away."""
+        now = self.clock()
+        window = self.state.policy_at(now).window
+        if window != self._window:
+            log.info("policy_window", window=window or "none", previous=self._window or "none")
+            self._window = window
+        change = next_change(self.state.policy, now)
+        if change is None:
+            return self.settings.tick_s
+        return min(self.settings.tick_s, max(0.0, change - now) + 0.001)
 
     async def check_leases(self) -> list[str]:
         """Declare lost the spokes silent past lost_after; returns their ids.

@@ -19,6 +19,7 @@ import anyio.to_thread
 
 from hub.core.model import RunningWorkload
 from hub.core.policy import Policy
+from hub.core.windows import active_window, apply_window
 from hub.ports import Store
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
@@ -48,6 +49,21 @@ class HubState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _db_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+    # The policy in force for the last (policy, window) asked for: windows switch a few times
+    # a day, cycles run many times a second.
+    _in_force: tuple[Policy, str | None, Policy] | None = None
+
+    def policy_at(self, now: float) -> Policy:
+        """The policy in force at `now`: `policy` with its active time window applied."""
+        policy = self.policy
+        if not policy.windows:
+            return policy
+        window = active_window(policy, now)
+        name = window.name if window is not None else None
+        cached = self._in_force
+        if cached is None or cached[0] is not policy or cached[1] != name:
+            cached = self._in_force = (policy, name, apply_window(policy, window))
+        return cached[2]
 
     def trigger(self) -> None:
         """Ask for a scheduling cycle soon (debounced by the cycle loop)."""

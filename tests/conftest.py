@@ -20,6 +20,7 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "kubernetes": ("kubernetes", "integration"),  # against the Kubernetes API emulator
     "burst": ("burst",),
     "faults": ("faults",),
+    "windows": ("windows",),  # time windows in the policy
 }
 
 

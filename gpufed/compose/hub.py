@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -32,9 +34,13 @@ class Hub:
 
 
 def build_hub(
-    settings: HubSettings, policy: Policy | None = None, bus_name: str = "gpufed-hub"
+    settings: HubSettings,
+    policy: Policy | None = None,
+    bus_name: str = "gpufed-hub",
+    clock: Callable[[], float] = time.time,
 ) -> Hub:
-    """A hub from its settings; `policy` (tests) overrides `settings.policy_file`."""
+    """A hub from its settings; `policy` and `clock` (tests) override `settings.policy_file`
+    and the system clock."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(settings.resolved_store_url())
     bus = Bus(
@@ -49,7 +55,7 @@ def build_hub(
     policy_text = None
     if settings.policy_file is not None and policy is None:
         policy_text = settings.policy_file.read_text()
-    service = HubService(settings, store, bus, policy, policy_file_text=policy_text)
+    service = HubService(settings, store, bus, policy, clock, policy_file_text=policy_text)
     return Hub(service, store, create_app(service))
 
 

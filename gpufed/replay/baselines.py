@@ -1,6 +1,8 @@
 """The schedulers a replay compares: gpufed's plan(), static partitions, and global FIFO.
 
-- `gpufed`: `hub.core.placement.plan()` with the policy, unchanged.
+- `gpufed`: `hub.core.placement.plan()` with the policy in force at each cycle
+  (`hub.core.windows.policy_at`, virtual time 0 being the replay's `start`), so time windows
+  apply as in the hub.
 - `static`: today's manual allocation. Each team with a guarantee gets its own partition of the
   fleet, whole devices carved out in fleet order and sized exactly by its guarantees (one spoke
   per team, reserved for it), and only runs there; plan() schedules inside each partition with
@@ -14,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from gpufed.replay.fleet import Fleet, NodeSpec, SpokeSpec
@@ -32,14 +34,16 @@ from hub.core.model import (
 )
 from hub.core.placement import plan
 from hub.core.policy import Policy, quota_for
+from hub.core.windows import active_window, apply_window, next_change
 from schemas import Assignment, SpokeKind, WorkloadSpec
 
 SCHEDULERS = ("gpufed", "static", "fifo")
 _EPS = 1e-9
 
 
-def gpufed_scheduler(policy: Policy) -> Scheduler:
-    """gpufed's own placement: plan() with `policy`."""
+def gpufed_scheduler(policy: Policy, start: float = 0.0) -> Scheduler:
+    """gpufed's own placement: plan() with the policy in force at `start` + virtual time."""
+    cache: dict[str | None, Policy] = {}
 
     def schedule(
         snapshot: Snapshot,
@@ -47,9 +51,29 @@ def gpufed_scheduler(policy: Policy) -> Scheduler:
         running: Collection[RunningWorkload],
         now: float,
     ) -> Plan:
-        return plan(snapshot, list(pending), list(running), policy, now)
+        in_force = policy
+        if policy.windows:
+            window = active_window(policy, start + now)
+            key = window.name if window is not None else None
+            if key not in cache:
+                cache[key] = apply_window(policy, window)
+            in_force = cache[key]
+        return plan(snapshot, list(pending), list(running), in_force, now)
 
     return schedule
+
+
+def window_wakeup(policy: Policy, start: float) -> Callable[[float], float | None] | None:
+    """When the policy next changes by itself, in virtual time; None for a policy without
+    windows. The simulator runs a cycle there, as the hub does at a window boundary."""
+    if not policy.windows:
+        return None
+
+    def wakeup(now: float) -> float | None:
+        change = next_change(policy, start + now)
+        return None if change is None else change - start
+
+    return wakeup
 
 
 def static_partition(fleet: Fleet, policy: Policy) -> tuple[Fleet, float]:

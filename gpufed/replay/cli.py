@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,12 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="divide submit times by K (K > 1: arrivals K times as fast, about K x the load)",
+    )
+    run.add_argument(
+        "--start",
+        default="2024-01-01T00:00:00+00:00",
+        help="the instant the trace starts, ISO 8601 (for the policy's time windows; "
+        "default: Monday 2024-01-01 00:00 UTC)",
     )
     run.add_argument("--no-fairness", action="store_true", help="skip the isolated static run")
     run.add_argument("--no-plots", action="store_true", help="write report.json only")
@@ -123,6 +130,7 @@ def _replay(args: argparse.Namespace) -> int:
         burst_policy=_burst_policy(args),
         boot_s=args.boot_s,
         sim=SimConfig(args.cycle_s, args.preempt_grace_s, args.on_preempt),
+        start=_instant(args.start),
     )
     isolated = None
     if not args.no_fairness and setup.scheduler != "static" and setup.policy.teams:
@@ -205,6 +213,16 @@ def _policy(path: Path | None) -> Any:
         return load_policy(path.read_text(encoding="utf-8"))
     except PolicyError as exc:
         raise ValueError(f"{path}: {exc}") from exc
+
+
+def _instant(text: str) -> float:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"--start {text!r}: expected ISO 8601, e.g. 2024-01-01T08:00+01:00"
+        ) from exc
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def _catalog(path: Path | None) -> Any:

@@ -17,6 +17,7 @@ from gpufed.replay.baselines import (
     StaticScheduler,
     gpufed_scheduler,
     static_partition,
+    window_wakeup,
 )
 from gpufed.replay.cloud import BURSTS, CloudBurst, make_burst
 from gpufed.replay.cluster import Cluster
@@ -38,6 +39,7 @@ class ReplaySetup:
     burst_policy: BurstPolicy = field(default_factory=BurstPolicy)
     boot_s: float = 120.0
     sim: SimConfig = field(default_factory=SimConfig)
+    start: float = 0.0  # the instant (epoch s) of virtual time 0, for the policy's time windows
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -76,7 +78,7 @@ def run_replay(
     elif setup.scheduler == "fifo":
         scheduler = FifoScheduler(setup.policy)
     else:
-        scheduler = gpufed_scheduler(setup.policy)
+        scheduler = gpufed_scheduler(setup.policy, setup.start)
     cloud = make_burst(setup.burst, setup.policy, setup.catalog, setup.burst_policy, setup.boot_s)
     simulator = Simulator(
         jobs,
@@ -86,6 +88,7 @@ def run_replay(
         burst=cloud if setup.burst != "none" else None,
         progress=progress,
         capacity_gpus=setup.fleet.gpus,
+        wakeup=window_wakeup(setup.policy, setup.start) if setup.scheduler == "gpufed" else None,
     )
     outcome = simulator.run()
     if setup.scheduler == "static" and setup.burst == "none":

@@ -57,6 +57,9 @@ class BurstHooks(Protocol):
         """The number of workloads on a cloud spoke changed to `workloads`."""
 
 
+_WEEK_S = 7 * 86400.0
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Knobs of the virtual-time loop (seconds of virtual time)."""
@@ -114,7 +117,11 @@ class Simulator:
         burst: BurstHooks | None = None,
         progress: Callable[[Progress], None] | None = None,
         capacity_gpus: int | None = None,
+        wakeup: Callable[[float], float | None] | None = None,
     ) -> None:
+        # `wakeup(now)`: the next virtual time the scheduler's inputs change by themselves (a
+        # policy time window starts or ends); a cycle runs there while work is pending.
+        self.wakeup = wakeup
         self.jobs = jobs
         self.cluster = cluster
         self.scheduler = scheduler
@@ -145,6 +152,7 @@ class Simulator:
         self._dirty = False
         self._cycle_at = -math.inf
         self._last_cycle = -math.inf
+        self._last_event = 0.0  # virtual time of the last thing that happened besides a wakeup
         self._allocated = 0.0  # on-prem GPUs held now
         self._integral = 0.0  # on-prem GPU-seconds held so far
         self._clock = 0.0
@@ -172,8 +180,13 @@ class Simulator:
                 t = heap[0][0]
             if self._dirty and self._cycle_at < t:
                 t = self._cycle_at
+            woke = self._woken_before(t)
+            if woke is not None:
+                t = woke
             if t == math.inf:
                 break
+            if woke is None:
+                self._last_event = t
             self._advance(t)
             while arrived < n and jobs[arrived].submit <= t:
                 self._arrive(arrived)
@@ -186,9 +199,26 @@ class Simulator:
                     self._stop(i, payload)
                 elif self.burst is not None:
                     self.burst.on_event(self, t, payload)
+            if woke is not None:
+                self.changed()
             if self._dirty and self._cycle_at <= t:
                 self._cycle(t)
         return self._finish()
+
+    def _woken_before(self, t: float) -> float | None:
+        """A policy change before `t` while work waits, or None.
+
+        With nothing else left to happen, pending work gets one more week of policy changes
+        (a window might let it run); after that the replay ends and reports it as waiting.
+        """
+        if self.wakeup is None or not self.pending:
+            return None
+        at = self.wakeup(self.now)
+        if at is None or at >= t:
+            return None
+        if t == math.inf and at > self._last_event + _WEEK_S:
+            return None
+        return at
 
     # --- events ---
 

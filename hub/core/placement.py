@@ -203,6 +203,8 @@ class _Planner:
                     f"reclaimed for team {spec.team}'s guaranteed {found.model} "
                     f"(workload {workload.id})"
                 )
+                if self.policy.window is not None:
+                    text += f" under policy window {self.policy.window}"
             self.preemptions.append(
                 Preemption(h.id, h.workload.spoke_id, text, for_workload=workload.id)
             )

@@ -18,12 +18,15 @@ Choices worth knowing (docs/policy.md explains them for users):
   members' usage together.
 - **Classes that are never preempted never borrow**: work that cannot be reclaimed must run
   within guarantees, otherwise a guarantee could not be honoured.
+- **Time windows** (`Window`) change classes, teams and departments on a weekly schedule in a
+  named time zone; `hub.core.windows.policy_at(policy, now)` is the policy in force at `now`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from typing import TypeVar
 
 #: Default priority values, highest first.
@@ -109,14 +112,61 @@ class Aging:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassChange:
+    """What a time window changes in a priority class; None keeps the class's own setting."""
+
+    value: int | None = None
+    preemptible: bool | None = None
+    may_borrow: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamChange:
+    """What a time window changes in a team: quotas model by model, weight, burst."""
+
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+    weight: float | None = None
+    may_burst: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Changes to the policy in force every week on `days` from `start_s` to `end_s`.
+
+    Times are seconds after local midnight in `zone` (wall-clock time, so a window keeps its
+    hours across daylight-saving changes). `end_s` may be 86400 (midnight at the end of the
+    day); an `end_s` not after `start_s` means the window runs past midnight into the next day.
+    `days` are weekdays (Monday 0) on which the window *starts*.
+    """
+
+    name: str
+    zone: tzinfo
+    timezone: str = "UTC"
+    days: frozenset[int] = frozenset(range(7))
+    start_s: int = 0
+    end_s: int = 86400
+    classes: Mapping[str, ClassChange] = field(default_factory=dict)
+    teams: Mapping[str, TeamChange] = field(default_factory=dict)
+    departments: Mapping[str, Mapping[str, Quota]] = field(default_factory=dict)
+    default_team: TeamChange | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
-    """Global policy the placement core decides with."""
+    """Global policy the placement core decides with.
+
+    `windows` change it on a schedule; the first window in force wins. The cores decide with
+    `hub.core.windows.policy_at(policy, now)`, which has the changes applied and no windows.
+    `window` names the window such a policy was made for (None: none was in force).
+    """
 
     classes: tuple[PriorityClass, ...] = DEFAULT_CLASSES
     teams: tuple[Team, ...] = ()
     departments: tuple[Department, ...] = ()
     default_team: Team = field(default_factory=lambda: Team(name="*", may_burst=True))
     aging: Aging = field(default_factory=Aging)
+    windows: tuple[Window, ...] = ()
+    window: str | None = None
     _classes: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False)
     _teams: Mapping[str, Team] = field(init=False, repr=False, compare=False)
     _departments: Mapping[str, Department] = field(init=False, repr=False, compare=False)

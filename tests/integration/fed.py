@@ -56,14 +56,16 @@ class InProcessFederation:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.api: httpx.AsyncClient | None = None
 
-    async def start_hub(self, **overrides: Any) -> HubService:
+    async def start_hub(
+        self, clock: Callable[[], float] = time.time, **overrides: Any
+    ) -> HubService:
         settings = HubSettings(
             nats_url=self.nats_url,
             data_dir=self.root / "hub",
             nats_creds=self.creds_file(identities.HUB, identities.hub_permissions()),
             **overrides,
         )
-        hub = build_hub(settings, self.policy, bus_name="hub")
+        hub = build_hub(settings, self.policy, bus_name="hub", clock=clock)
         self.hub = hub.service
         self._spawn("hub", hub.service.run)
         await asyncio.wait_for(hub.service.ready.wait(), 10)

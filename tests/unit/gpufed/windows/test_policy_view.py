@@ -1,0 +1,54 @@
+"""`gpufed policy show --at TIME`: the policy the hub will use then, and until when."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpufed.policy_view import parse_instant, policy_in_force
+from hub.policyfile import load_policy, policy_to_dict
+
+POLICY = policy_to_dict(
+    load_policy(
+        """
+teams: [{name: serving, quotas: {H100: {guaranteed: 2}}}]
+windows:
+  - name: workday
+    timezone: America/New_York
+    days: weekdays
+    start: "09:00"
+    end: "17:00"
+    teams: {serving: {quotas: {H100: {guaranteed: 6}}}}
+"""
+    )
+)
+
+
+def test_show_at_a_time_inside_the_window() -> None:
+    shown = policy_in_force(POLICY, parse_instant("2026-12-01T10:00-05:00", 0.0))
+    assert shown["teams"][0]["quotas"]["H100"]["guaranteed"] == 6
+    assert shown["in_force"] == {
+        "at": "2026-12-01T15:00:00+00:00",
+        "window": "workday",
+        "until": "2026-12-01T22:00:00+00:00",
+    }
+    assert "windows" not in shown
+
+
+def test_show_at_night_and_naive_times_are_utc() -> None:
+    shown = policy_in_force(POLICY, parse_instant("2026-12-01T03:00", 0.0))
+    assert shown["teams"][0]["quotas"]["H100"]["guaranteed"] == 2
+    assert shown["in_force"]["window"] is None
+    assert shown["in_force"]["until"] == "2026-12-01T14:00:00+00:00"
+
+
+def test_now_and_epoch_seconds() -> None:
+    noon = datetime(2026, 12, 1, 12, tzinfo=UTC).timestamp()
+    assert parse_instant("now", noon) == noon
+    assert parse_instant(str(noon), 0.0) == noon
+
+
+def test_bad_time_says_what_to_give() -> None:
+    with pytest.raises(ValueError, match="ISO 8601"):
+        parse_instant("tomorrow morning", 0.0)
