@@ -151,25 +151,52 @@ def _merged(quotas: Mapping[str, Quota], changes: Mapping[str, Quota]) -> Mappin
 
 
 def _boundaries(window: Window, now: float) -> list[float]:
-    """Start and end instants of `window` around `now` (the week before to the week after)."""
-    today = datetime.fromtimestamp(now, window.zone).date()
+    """Instants around `now` (the day before to a week after) where `window` may start or end.
+
+    A wall-clock time maps to one instant per UTC offset, so both readings are listed (in the
+    hour skipped or repeated by a daylight-saving change only one of them is real); so are the
+    changes of offset themselves, where wall-clock time jumps over or back across a boundary.
+    Listing an instant that changes nothing is harmless.
+    """
+    zone = window.zone
+    today = datetime.fromtimestamp(now, zone).date()
     found: list[float] = []
     for offset in range(-1, 9):
         day = today + timedelta(days=offset)
+        found += _offset_changes(window, day)
         if day.weekday() not in window.days:
             continue
-        found.append(_instant(window, day, window.start_s))
+        found += _instants(window, day, window.start_s)
         end_day = day if window.start_s < window.end_s else day + timedelta(days=1)
-        found.append(_instant(window, end_day, window.end_s))
+        found += _instants(window, end_day, window.end_s)
     return found
 
 
-def _instant(window: Window, day: date, second: int) -> float:
-    """The instant of wall-clock `second` after midnight of `day` in the window's zone."""
+def _instants(window: Window, day: date, second: int) -> list[float]:
+    """The instants of wall-clock `second` after midnight of `day` in the window's zone."""
     if second >= DAY_S:
         day, second = day + timedelta(days=1), second - DAY_S
-    wall = time(second // 3600, second % 3600 // 60, second % 60)
-    return datetime.combine(day, wall, window.zone).timestamp()
+    wall = datetime.combine(day, time(second // 3600, second % 3600 // 60, second % 60))
+    first = wall.replace(tzinfo=window.zone).timestamp()
+    second_reading = wall.replace(tzinfo=window.zone, fold=1).timestamp()
+    return [first] if first == second_reading else [first, second_reading]
+
+
+def _offset_changes(window: Window, day: date) -> list[float]:
+    """The instant the zone's UTC offset changes on `day`, if it does (to the millisecond)."""
+    zone = window.zone
+    lo = datetime.combine(day, time(), zone).timestamp()
+    hi = lo + DAY_S
+    before = datetime.fromtimestamp(lo, zone).utcoffset()
+    if datetime.fromtimestamp(hi, zone).utcoffset() == before:
+        return []
+    while hi - lo > 1e-3:
+        mid = (lo + hi) / 2
+        if datetime.fromtimestamp(mid, zone).utcoffset() == before:
+            lo = mid
+        else:
+            hi = mid
+    return [hi]
 
 
 def _unknown(where: str, changes: Mapping[str, object], known: set[str], what: str) -> list[str]:

@@ -164,3 +164,32 @@ windows:
     evening = datetime(2026, 11, 30, 15, tzinfo=UTC).timestamp()
     assert policy_at(policy, morning).team("a").quotas["H100"].guaranteed == 3
     assert policy_at(policy, evening).team("a").quotas["H100"].guaranteed == 5
+
+
+DST_WINDOW = """
+windows:
+  - {name: small-hours, timezone: Europe/Berlin, start: "02:15", end: "02:45"}
+"""
+
+
+@pytest.mark.parametrize(
+    "day",
+    [
+        datetime(2026, 3, 29, tzinfo=BERLIN),  # 02:00 -> 03:00: the window's hour never happens
+        datetime(2026, 10, 25, tzinfo=BERLIN),  # 03:00 -> 02:00: it happens twice
+    ],
+)
+def test_next_change_holds_across_daylight_saving_changes(day: datetime) -> None:
+    """Every minute of the change day: the window in force stays the same until next_change."""
+    policy = load_policy(DST_WINDOW)
+    start = day.timestamp()
+    for minute in range(0, 24 * 60, 1):
+        instant = start + minute * 60.0 + 7.0
+        change = next_change(policy, instant)
+        assert change is not None
+        before = active_window(policy, instant)
+        step = instant
+        while step < change - 1.0:
+            assert active_window(policy, step) == before, (minute, step)
+            step += 60.0
+        assert active_window(policy, change - 1e-3) == before
