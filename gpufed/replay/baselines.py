@@ -155,6 +155,7 @@ class StaticScheduler:
         for workload in pending:
             queues.setdefault(workload.spec.team, []).append(workload)
         chosen: list[Workload] = []
+        teams: set[str] = set()
         for team, queue in queues.items():
             state = (tuple(spokes.get(team, ())), len(queue))
             seen = self._seen.get(team)
@@ -163,8 +164,14 @@ class StaticScheduler:
                 continue
             self._seen[team] = state
             chosen += queue
+            teams.add(team)
         if not chosen:
             return Plan()
+        if self.incremental:
+            # Only the chosen teams' partitions and running work can matter to their queues.
+            parts = tuple(s for t in sorted(teams) for s in spokes.get(t, ()))
+            snapshot = Snapshot(parts)
+            running = [r for r in running if r.spec.team in teams]
         return plan(snapshot, chosen, list(running), self.policy, now)
 
 

@@ -48,10 +48,16 @@ def queue_order(
     )
     yield from claims
     bands: dict[int, dict[str, list[tuple[Workload, PriorityClass]]]] = {}
+    aging = policy.aging
+    ages = aging.step > 0 and aging.interval_s > 0
+    cap = policy.aging_cap()
     for workload, cls in entries:
         if workload.claims_freed:
             continue
-        band = queue_priority(cls, now - workload.submitted_at, policy)
+        band = cls.value
+        waited = now - workload.submitted_at
+        if ages and waited > 0 and band < cap:  # queue_priority(), inlined for deep queues
+            band = min(cap, band + aging.step * int(waited // aging.interval_s))
         bands.setdefault(band, {}).setdefault(workload.spec.team, []).append((workload, cls))
     for band in sorted(bands, reverse=True):
         queues = bands[band]
@@ -64,8 +70,14 @@ def queue_order(
         while heap:
             _, _, _, team, at = heapq.heappop(heap)
             queue = queues[team]
-            yield queue[at]
-            at += 1
-            if at < len(queue):
+            size = len(queue)
+            while True:  # the same team goes on while it stays first (no heap round trip)
+                yield queue[at]
+                at += 1
+                if at == size:
+                    break
                 head = queue[at][0]
-                heapq.heappush(heap, (share_of(team), head.submitted_at, head.id, team, at))
+                entry = (share_of(team), head.submitted_at, head.id, team, at)
+                if heap and heap[0] < entry:
+                    heapq.heappush(heap, entry)
+                    break

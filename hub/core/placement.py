@@ -7,6 +7,12 @@ free devices (`fit`), and when none are free, looks for running work it may wait
 
 Placements made earlier in the plan take their devices off the working copy of the fleet
 (`capacity`) and count toward their team's usage, so nothing is booked twice within a plan.
+
+A deep queue costs little: a workload whose team, class and shape class (signature and shape)
+already failed in this plan, with nothing booked or freed for anyone since (`gen`), gets the
+same reason without a search. Capacity, quota room and victims only change when something is
+booked (a placement or a preemption) or when the plan passes a workload that stopping work
+was preempted for, so the answer would be the same.
 """
 
 from __future__ import annotations
@@ -77,6 +83,15 @@ class _Planner:
         self.placements: list[Placement] = []
         self.preemptions: list[Preemption] = []
         self.unplaced: list[Unplaced] = []
+        # Equivalence classes that failed since the last booking: key -> (reason, message).
+        self.gen = 0
+        self.failed: dict[tuple[object, ...], tuple[int, Unplaced]] = {}
+        self.earmarked = {
+            r.preempted_for
+            for stopping in self.tally.stopping.values()
+            for r in stopping
+            if r.preempted_for is not None
+        }
 
     def run(self, pending: Sequence[Workload]) -> Plan:
         entries: list[tuple[Workload, PriorityClass]] = []
@@ -88,9 +103,32 @@ class _Planner:
             else:
                 entries.append((workload, cls))
         self.undecided.update(w.id for w, _ in entries)
+        earmarked = self.earmarked
+        failed = self.failed
+        keys: dict[int, tuple[object, ...]] = {}  # id(spec) -> class key; specs live the plan
         for workload, cls in queue_order(entries, self.policy, self.now, self.ledger.share):
-            self.undecided.discard(workload.id)
+            wid = workload.id
+            self.undecided.discard(wid)
+            if wid in earmarked or workload.claims_freed:
+                self.gen += 1  # stopping work preempted for it becomes others' room after it
+                self._decide(workload, cls)
+                continue
+            spec = workload.spec
+            key = keys.get(id(spec))
+            if key is None:
+                shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
+                key = keys[id(spec)] = (cls.value, spec.team, shape, sig_key(spec, False, ""))
+            seen = failed.get(key)
+            if seen is not None and seen[0] == self.gen:
+                same = seen[1]
+                self.unplaced.append(Unplaced(wid, same.reason, same.message))
+                continue
+            gen, count = self.gen, len(self.unplaced)
             self._decide(workload, cls)
+            if self.gen == gen and len(self.unplaced) > count:
+                last = self.unplaced[-1]
+                if not last.waiting_for:
+                    failed[key] = (gen, last)
         return Plan(
             placements=tuple(self.placements),
             preemptions=tuple(self.preemptions),
@@ -121,6 +159,7 @@ class _Planner:
         if best is not None:
             assignments = take(best)
             self.ledger.add(spec.team, best_model, amount, cls.value)
+            self.gen += 1
             self.placements.append(Placement(workload.id, best.spoke_id, assignments))
             return
         why = self._never_fits(spec, sig, team)
@@ -192,6 +231,7 @@ class _Planner:
         spec = workload.spec
         claim(found, self._victims_index())
         self.ledger.add(spec.team, found.model, spec.total_gpus, cls.value)
+        self.gen += 1
         for h in found.victims:
             if h.team == spec.team:
                 text = (

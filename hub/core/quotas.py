@@ -45,6 +45,7 @@ class Ledger:
         self._models_of: dict[str, set[str]] = {}
         self._pools: dict[tuple[str, str], float] = {}
         self._rooms: dict[tuple[str, str, int], float] = {}  # until the next add()
+        self._shares: dict[str, tuple[float, float]] = {}  # until the next add()
 
     def add(
         self, team: str, model: str, amount: float, value: int, *, preempting: bool = False
@@ -55,6 +56,8 @@ class Ledger:
         self._models_of.setdefault(team, set()).add(model)
         if self._rooms:
             self._rooms.clear()
+        if self._shares:
+            self._shares.clear()
         if not self.limited:
             return
         dept = self.policy.team(team).department
@@ -138,6 +141,9 @@ class Ledger:
 
     def share(self, team: str) -> tuple[float, float]:
         """Weighted dominant share: above guarantee first, then of everything used."""
+        cached = self._shares.get(team)
+        if cached is not None:
+            return cached
         weight = self.policy.team(team).weight
         above = 0.0
         total = 0.0
@@ -149,7 +155,8 @@ class Ledger:
             guaranteed = self._own(team, model).guaranteed if self.limited else 0.0
             above = max(above, (used - guaranteed) / cap)
             total = max(total, used / cap)
-        return (above / weight, total / weight)
+        found = self._shares[team] = (above / weight, total / weight)
+        return found
 
     def has_below(self, team: str, model: str, value: int) -> bool:
         """Whether the team holds `model` GPUs at a priority below `value` (not stopping)."""
