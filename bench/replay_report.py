@@ -12,10 +12,17 @@ gpufed/immediate and gpufed/gpufed, and prints one JSON object:
   avg-JCT gain over no burst (goal >= 0.9) and of its cloud cost (goal <= 0.5).
 
 `--load-factor K` divides submit times by K (arrivals K times as fast); `--limit-jobs N`
-replays the first N jobs; burst knobs as in `gpufed replay`. docs/replay.md has the results.
+replays the first N jobs; burst knobs as in `gpufed replay`. `--trace F --format csv` (with
+`--fleet`, `--policy`) replays another trace. docs/replay.md has the results.
 
-    .venv/bin/python bench/replay_report.py --trace philly.csv                    # as submitted
-    .venv/bin/python bench/replay_report.py --trace philly.csv --load-factor 4    # 4x the load
+`--sweep` instead finds each scheduler's *sustainable load*: the highest load factor at which
+the average wait stays <= `--max-wait` (900 s) on the same fleet, by evaluating 4, 5 and 6 and
+bisecting the bracket where the wait crosses the bound (to `--tolerance`), and reports avg/p99
+bounded slowdown at load factors 4, 5 and 6 (`sweep_plot.py` draws the curve).
+
+    .venv/bin/python bench/replay_report.py                    # full trace, as submitted
+    .venv/bin/python bench/replay_report.py --load-factor 4    # about 4x the load
+    .venv/bin/python bench/replay_report.py --sweep            # sustainable load per scheduler
 """
 
 from __future__ import annotations
@@ -37,11 +44,38 @@ from gpufed.replay.simulator import SimConfig
 from gpufed.replay.traces import load_trace
 from hub.policyfile import load_policy
 
-HERE = Path(__file__).resolve().parent
+from burst.catalog import Catalog, load_catalog  # noqa: E402
+from burst.core import BurstPolicy  # noqa: E402
+from gpufed.replay.fleet import Fleet, load_fleet  # noqa: E402
+from gpufed.replay.report import build_report  # noqa: E402
+from gpufed.replay.runner import ReplaySetup, run_replay  # noqa: E402
+from gpufed.replay.simulator import SimConfig  # noqa: E402
+from gpufed.replay.traces import Job, load_trace  # noqa: E402
+from hub.core.policy import Policy  # noqa: E402
+from hub.policyfile import load_policy  # noqa: E402
+
+REPO = _HERE.parent
+PHILLY = REPO.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
+LOADS = (4.0, 5.0, 6.0)
+SWEEP_KEYS = (
+    "avg_wait_s",
+    "p99_wait_s",
+    "p99_wait_wide_s",
+    "avg_bounded_slowdown",
+    "p99_bounded_slowdown",
+    "avg_jct_s",
+    "utilization",
+    "preemptions",
+    "replay_seconds",
+)
 MATRIX = ("gpufed/none", "static/none", "fifo/none", "gpufed/immediate", "gpufed/gpufed")
 KEYS = ("utilization", "avg_jct_s", "p99_jct_s", "avg_wait_s", "cloud_cost")
 EXTRA = (
     "p50_jct_s",
+    "p99_wait_s",
+    "p99_wait_wide_s",
+    "avg_bounded_slowdown",
+    "p99_bounded_slowdown",
     "preemptions",
     "cloud_gpu_hours",
     "cloud_instances",
@@ -56,9 +90,8 @@ def main() -> int:
         print(f"trace not found: {args.trace} (expected ../shared/traces beside the repo)")
         return 1
     started = time.perf_counter()
-    jobs = load_trace(args.trace, "philly", limit=args.limit_jobs)
-    if args.load_factor != 1.0:
-        jobs = [replace(job, submit=job.submit / args.load_factor) for job in jobs]
+    base = load_trace(args.trace, args.format, limit=args.limit_jobs)
+    jobs = _scaled(base, args.load_factor)
     load_s = time.perf_counter() - started
     fleet = load_fleet(args.fleet)
     policy = load_policy(args.policy.read_text(encoding="utf-8"))
@@ -72,6 +105,12 @@ def main() -> int:
         if getattr(args, name) is not None:
             knobs[f"{name}_s"] = getattr(args, name)
     burst_policy = BurstPolicy(**knobs)
+    if args.sweep:
+        result = sweep(base, fleet, policy, catalog, args)
+        if args.plot is not None:
+            _plot(result, args.plot)
+        print(json.dumps(result, indent=2))
+        return 0
     matrix: dict[str, dict[str, Any]] = {}
     isolated = None
     for entry in args.matrix:
@@ -109,6 +148,116 @@ def main() -> int:
     return 0
 
 
+def _scaled(jobs: list[Job], factor: float) -> list[Job]:
+    if factor == 1.0:
+        return jobs
+    return [replace(job, submit=job.submit / factor) for job in jobs]
+
+
+def sweep(
+    jobs: list[Job], fleet: Fleet, policy: Policy, catalog: Catalog, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Sustainable load per scheduler (bisection) and bounded slowdown at 4, 5 and 6."""
+    schedulers = {
+        name: _sustainable(_Points(jobs, fleet, policy, catalog, name, args), args)
+        for name in args.schedulers
+    }
+    gpufed = schedulers.get("gpufed", {}).get("sustainable_load")
+    static = schedulers.get("static", {}).get("sustainable_load")
+    return {
+        "trace": str(args.trace),
+        "jobs": len(jobs),
+        "max_wait_s": args.max_wait,
+        "schedulers": schedulers,
+        "goals": {
+            "gpufed_sustainable_load": gpufed,
+            "gpufed_at_least_5_5": gpufed is not None and gpufed >= 5.5,
+            "gpufed_over_static": gpufed / static if gpufed and static else None,
+            "gpufed_at_least_2_8x_static": bool(gpufed and static and gpufed / static >= 2.8),
+        },
+    }
+
+
+class _Points:
+    """Replays of one scheduler at load factors, each run once."""
+
+    def __init__(
+        self,
+        jobs: list[Job],
+        fleet: Fleet,
+        policy: Policy,
+        catalog: Catalog,
+        scheduler: str,
+        args: argparse.Namespace,
+    ) -> None:
+        self.jobs, self.scheduler, self.max_wait = jobs, scheduler, args.max_wait
+        sim = SimConfig(cycle_s=args.cycle_s)
+        self.setup = ReplaySetup(fleet, policy, catalog, scheduler=scheduler, sim=sim)
+        self.seen: dict[float, dict[str, Any]] = {}
+
+    def at(self, factor: float) -> dict[str, Any]:
+        factor = round(factor, 3)
+        if factor not in self.seen:
+            started = time.perf_counter()
+            report = build_report(run_replay(_scaled(self.jobs, factor), self.setup))
+            point = self.seen[factor] = {k: report[k] for k in SWEEP_KEYS}
+            point["wall_s"] = time.perf_counter() - started
+            line = {"scheduler": self.scheduler, "load_factor": factor} | point
+            print(f"  {json.dumps(line)}", file=sys.stderr, flush=True)
+        return self.seen[factor]
+
+    def ok(self, factor: float) -> bool:
+        wait = self.at(factor)["avg_wait_s"]
+        return wait is not None and wait <= self.max_wait
+
+
+def _sustainable(points: _Points, args: argparse.Namespace) -> dict[str, Any]:
+    """Bisect the bracket of (1, 4, 5, 6) where the average wait crosses the bound."""
+    grid = [1.0, *LOADS]
+    passed = [points.ok(f) for f in grid]
+    lo = 0.0
+    for factor, good in zip(grid, passed, strict=True):
+        if not good:
+            break
+        lo = factor
+    if lo == grid[-1]:
+        found, note = lo, f"at least {lo} (the largest load factor tried)"
+    else:
+        hi = next(f for f in grid if f > lo)
+        while hi - lo > args.tolerance:
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if points.ok(mid) else (lo, mid)
+        found, note = round(lo, 3), f"avg wait above {args.max_wait:g} s at {round(hi, 3)}"
+    return {
+        "sustainable_load": found,
+        "note": note,
+        "points": {str(f): p for f, p in sorted(points.seen.items())},
+    }
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    """Average wait against load factor, one line per scheduler, the bound dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, found in result["schedulers"].items():
+        xs = [float(f) for f in found["points"]]
+        ys = [max(1.0, p["avg_wait_s"] or 0.0) for p in found["points"].values()]
+        ax.plot(xs, ys, marker="o", label=f"{name} (sustainable {found['sustainable_load']})")
+    ax.axhline(result["max_wait_s"], color="grey", linestyle="--", label="15 min")
+    ax.set_yscale("log")
+    ax.set_xlabel("load factor (arrivals x K)")
+    ax.set_ylabel("average wait (s)")
+    ax.set_title(f"{Path(result['trace']).name}: average wait against load")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _goals(matrix: dict[str, dict[str, Any]]) -> dict[str, Any]:
     goals: dict[str, Any] = {}
     gpufed, static = matrix.get("gpufed/none"), matrix.get("static/none")
@@ -133,9 +282,17 @@ def _goals(matrix: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--trace", type=Path, required=True, help="Pollux's philly.csv")
-    p.add_argument("--fleet", type=Path, default=HERE / "replay" / "philly-fleet.yaml")
-    p.add_argument("--policy", type=Path, default=HERE / "replay" / "philly-policy.yaml")
+    p.add_argument("--trace", type=Path, default=PHILLY)
+    p.add_argument("--format", default="philly", help="philly, csv or alibaba")
+    p.add_argument("--sweep", action="store_true", help="sustainable load per scheduler")
+    p.add_argument(
+        "--schedulers", type=lambda s: s.split(","), default=["gpufed", "static", "fifo"]
+    )
+    p.add_argument("--max-wait", type=float, default=900.0, help="sweep: avg wait bound (s)")
+    p.add_argument("--plot", type=Path, default=None, help="sweep: PNG of wait against load")
+    p.add_argument("--tolerance", type=float, default=0.1, help="sweep: bisection precision")
+    p.add_argument("--fleet", type=Path, default=_HERE / "replay" / "philly-fleet.yaml")
+    p.add_argument("--policy", type=Path, default=_HERE / "replay" / "philly-policy.yaml")
     p.add_argument("--limit-jobs", type=int, default=None, help="the first N jobs only")
     p.add_argument("--load-factor", type=float, default=1.0, help="divide submit times by K")
     p.add_argument("--cycle-s", type=float, default=10.0)

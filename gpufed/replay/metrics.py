@@ -8,7 +8,10 @@
   GPUs until it stops. Cloud GPUs are reported apart (GPU-hours, cost).
 - **JCT**: completion - submit, over the jobs that finished (all of them, not only the window).
   p50 / p99 interpolate linearly between ranks.
-- **Queueing delay (wait)**: first start - submit, over the jobs that started.
+- **Queueing delay (wait)**: first start - submit, over the jobs that started; also apart for
+  wide jobs (>= `WIDE_GPUS` GPUs), the gangs a greedy scheduler starves first.
+- **Bounded slowdown**: JCT / max(run time, `BSLD_TAU_S`), at least 1, over the finished jobs
+  (Feitelson's definition; the bound keeps seconds-long jobs from dominating the average).
 - **Finish-time fairness** of a team: its average JCT here / its average JCT alone on its
   guarantee (the `static` run), over the jobs that finished in both; below 1 the team is
   better off sharing.
@@ -98,6 +101,30 @@ def waits(outcome: Outcome) -> list[float]:
         start - job.submit
         for job, start in zip(outcome.jobs, outcome.first_start, strict=True)
         if start is not None
+    ]
+
+
+#: Run time below which a job's slowdown is taken against this instead (seconds).
+BSLD_TAU_S = 10.0
+#: Jobs with at least this many GPUs count as wide (their waits are reported apart).
+WIDE_GPUS = 32
+
+
+def bounded_slowdowns(outcome: Outcome, tau: float = BSLD_TAU_S) -> list[float]:
+    """JCT / max(duration, tau), at least 1, of every finished job."""
+    return [
+        max(1.0, (end - job.submit) / max(job.duration, tau))
+        for job, end in zip(outcome.jobs, outcome.end, strict=True)
+        if end
+    ]
+
+
+def wide_waits(outcome: Outcome, gpus: float = WIDE_GPUS) -> list[float]:
+    """First start - submit of every started job with at least `gpus` GPUs."""
+    return [
+        start - job.submit
+        for job, start in zip(outcome.jobs, outcome.first_start, strict=True)
+        if start is not None and job.gpus >= gpus
     ]
 
 

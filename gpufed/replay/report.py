@@ -22,6 +22,8 @@ def build_report(run: ReplayRun, trace: dict[str, Any] | None = None) -> dict[st
     window = metrics.steady_window([job.submit for job in outcome.jobs])
     jct = metrics.summary(metrics.jcts(outcome))
     wait = metrics.summary(metrics.waits(outcome))
+    wide = metrics.summary(metrics.wide_waits(outcome))
+    bsld = metrics.summary(metrics.bounded_slowdowns(outcome))
     cloud = metrics.cloud_stats(run.cloud.instances, outcome.finished_at)
     never = Counter(str(reason) for reason in outcome.waiting.values())
     never_by_team = Counter(outcome.jobs[i].team for i in _waiting_indexes(run))
@@ -65,6 +67,10 @@ def build_report(run: ReplayRun, trace: dict[str, Any] | None = None) -> dict[st
         "avg_wait_s": wait["avg"],
         "p50_wait_s": wait["p50"],
         "p99_wait_s": wait["p99"],
+        "avg_wait_wide_s": wide["avg"],
+        "p99_wait_wide_s": wide["p99"],
+        "avg_bounded_slowdown": bsld["avg"],
+        "p99_bounded_slowdown": bsld["p99"],
         "preemptions": outcome.preemptions,
         "cloud_instances": cloud["instances"],
         "cloud_unused_instances": cloud["unused_instances"],

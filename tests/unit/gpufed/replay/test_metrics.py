@@ -89,3 +89,23 @@ def test_usage_series_spreads_gpu_time_over_bins() -> None:
     assert mids == [25.0, 75.0, 125.0, 175.0]
     assert onprem == [0.0, 2.0, 2.0, 0.0]
     assert cloud == [0.0] * 4
+
+
+def test_bounded_slowdown_is_jct_over_run_time_at_least_ten_seconds() -> None:
+    jobs = [job(0, 0, duration=100.0), job(1, 0, duration=2.0), job(2, 0, duration=50.0)]
+    # 100 s job waits 100 s: 2; 2 s job waits 18 s: 20 s / 10 s = 2; 50 s job never ends.
+    outcome = Outcome(jobs, 1, [100.0, 18.0, 0.0], [200.0, 20.0, None])
+    assert metrics.bounded_slowdowns(outcome) == [2.0, 2.0]
+    # A 1 s job that ran at once has slowdown 1, not 0.1.
+    quick = Outcome([job(0, 0, duration=1.0)], 1, [0.0], [1.0])
+    assert metrics.bounded_slowdowns(quick) == [1.0]
+
+
+def test_wide_waits_count_only_jobs_of_32_gpus_or_more() -> None:
+    jobs = [
+        Job("gang", 0.0, 10.0, "a", 4, 8),
+        Job("half", 0.0, 10.0, "a", 2, 8),
+        Job("small", 0.0, 10.0, "a", 1, 1),
+    ]
+    outcome = Outcome(jobs, 64, [300.0, 200.0, 5.0], [310.0, 210.0, 15.0])
+    assert metrics.wide_waits(outcome) == [300.0]
