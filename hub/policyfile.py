@@ -67,6 +67,7 @@ from hub.core.policy import (
     Policy,
     PriorityClass,
     Quota,
+    Reservation,
     Team,
     TeamChange,
     Window,
@@ -120,6 +121,9 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         default_team=Team("*", None, _quotas(default.quotas), default.weight, default.may_burst),
         aging=Aging(doc.aging.interval_s, doc.aging.step),
         windows=tuple(_window(w) for w in doc.windows),
+        reservation=Reservation(
+            doc.reservation.min_gpus, doc.reservation.after_s, doc.reservation.max_gangs
+        ),
     )
     problems = check_policy(policy) + check_windows(policy)
     if problems:
@@ -160,6 +164,11 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
         },
         "aging": {"interval_s": policy.aging.interval_s, "step": policy.aging.step},
         "windows": [_window_dict(w) for w in policy.windows],
+        "reservation": {
+            "min_gpus": policy.reservation.min_gpus,
+            "after_s": policy.reservation.after_s,
+            "max_gangs": policy.reservation.max_gangs,
+        },
     }
 
 
@@ -279,6 +288,12 @@ class _WindowDoc(_Doc):
     default_team: _TeamChangeDoc | None = None
 
 
+class _ReservationDoc(_Doc):
+    min_gpus: int = Field(default=0, ge=0)
+    after_s: float = Field(default=1800.0, ge=0)
+    max_gangs: int = Field(default=1, ge=0)
+
+
 class _PolicyDoc(_Doc):
     version: int = FORMAT_VERSION
     priority_classes: list[_ClassDoc] | None = Field(default=None, max_length=64)
@@ -287,6 +302,7 @@ class _PolicyDoc(_Doc):
     default_team: _DefaultTeamDoc = Field(default_factory=_DefaultTeamDoc)
     aging: _AgingDoc = Field(default_factory=_AgingDoc)
     windows: list[_WindowDoc] = Field(default_factory=list)
+    reservation: _ReservationDoc = Field(default_factory=_ReservationDoc)
 
 
 def _window(doc: _WindowDoc) -> Window:

@@ -35,6 +35,7 @@ from hub.core.model import (
 from hub.core.policy import Policy, PriorityClass, Team
 from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
+from hub.core.reserve import hold, oldest_starts
 from hub.core.victims import Victims, tally
 from schemas import WorkloadSpec
 
@@ -83,6 +84,8 @@ class _Planner:
         self.placements: list[Placement] = []
         self.preemptions: list[Preemption] = []
         self.unplaced: list[Unplaced] = []
+        self.holds = 0  # wide gangs holding nodes in this plan (hub.core.reserve)
+        self.oldest: dict[tuple[str, str], float] | None = None
         # Equivalence classes that failed since the last booking: key -> (reason, message).
         self.gen = 0
         self.failed: dict[tuple[object, ...], tuple[int, Unplaced]] = {}
@@ -179,7 +182,26 @@ class _Planner:
             block = blocked[0][2]
             self.unplaced.append(Unplaced(workload.id, block.reason, block.message))
             return
-        self.unplaced.append(Unplaced(workload.id, *explain.no_room(spec)))
+        reason, message = explain.no_room(spec)
+        if self._may_hold(workload):
+            if self.oldest is None:
+                self.oldest = oldest_starts(self.running)
+            spoke = hold(sig, spec, self.oldest, self.now)
+            if spoke is not None:
+                self.holds += 1
+                self.gen += 1  # not the same answer for the next gang of this class
+                message += f"; holding {spec.nodes} nodes of spoke {spoke} for it"
+        self.unplaced.append(Unplaced(workload.id, reason, message))
+
+    def _may_hold(self, workload: Workload) -> bool:
+        """A wide gang that waited long enough, while this plan may still hold nodes."""
+        rule, spec = self.policy.reservation, workload.spec
+        return (
+            0 < rule.min_gpus <= spec.total_gpus
+            and spec.gpu_fraction is None
+            and self.holds < rule.max_gangs
+            and self.now - workload.submitted_at >= rule.after_s
+        )
 
     def _never_fits(self, spec: WorkloadSpec, sig: Sig, team: Team) -> explain.Why | None:
         """Why `spec` can never fit, remembered per signature and shape (and team)."""

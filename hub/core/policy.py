@@ -152,6 +152,24 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Wide gangs are not starved by the small jobs that keep taking the GPUs freed for them.
+
+    A whole-GPU workload of at least `min_gpus` GPUs that has waited `after_s` and does not fit
+    holds the nodes it would need on the on-prem spoke closest to fitting it (the nodes with
+    the most free GPUs): for the rest of the plan, nothing else is placed on their free
+    devices, so they fill up for it as the work on them ends. At most `max_gangs` gangs hold
+    nodes per plan (the oldest first, in queue order). `min_gpus` 0 (the default) turns it off:
+    on the Philly replay, wide gangs hardly wait without it, and holding nodes without run-time
+    estimates made their waits longer (docs/replay.md).
+    """
+
+    min_gpus: int = 0
+    after_s: float = 1800.0
+    max_gangs: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """Global policy the placement core decides with.
 
@@ -167,6 +185,7 @@ class Policy:
     aging: Aging = field(default_factory=Aging)
     windows: tuple[Window, ...] = ()
     window: str | None = None
+    reservation: Reservation = field(default_factory=Reservation)
     _classes: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False)
     _teams: Mapping[str, Team] = field(init=False, repr=False, compare=False)
     _departments: Mapping[str, Department] = field(init=False, repr=False, compare=False)
