@@ -28,8 +28,16 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
         description="Replay a job trace through gpufed's placement (or a baseline) and cloud "
         "burst in virtual time on simulated spokes; write report.json and PNG plots.",
     )
-    p.add_argument("--trace", type=Path, required=True, help="trace file")
-    p.add_argument("--format", choices=FORMATS, required=True, help="trace format")
+    p.add_argument("--trace", type=Path, default=None, help="trace file")
+    p.add_argument("--format", choices=FORMATS, default=None, help="trace format")
+    p.add_argument(
+        "--from-hub",
+        metavar="URL",
+        default=None,
+        help="instead of --trace: the hub's own workloads (REST API) under --policy and under "
+        "the policy in force, side by side ($GPUFED_TOKEN is sent as a bearer token)",
+    )
+    p.add_argument("--since", default="7d", help="--from-hub: workloads submitted since (7d)")
     p.add_argument("--fleet", type=Path, default=None, help="fleet YAML (or openb node list)")
     p.add_argument("--policy", type=Path, default=None, help="policy YAML (default: no quotas)")
     p.add_argument("--scheduler", choices=SCHEDULERS, default="gpufed")
@@ -99,6 +107,12 @@ def run_command(args: argparse.Namespace) -> int:
     from gpufed.replay.traces import TraceError
 
     try:
+        if args.from_hub is not None:
+            if args.trace is not None:
+                raise ValueError("use either --trace or --from-hub, not both")
+            return _from_hub(args)
+        if args.trace is None or args.format is None:
+            raise ValueError("--trace and --format are required (or --from-hub URL)")
         if args.inflate:
             return _inflate(args)
         return _replay(args)
@@ -152,6 +166,59 @@ def _replay(args: argparse.Namespace) -> int:
 
         paths += write_plots(run, report, args.out)
     _summary(report, paths)
+    return 0
+
+
+def _from_hub(args: argparse.Namespace) -> int:
+    import time
+
+    from gpufed.replay.fleet import load_fleet
+    from gpufed.replay.fromhub import fetch, fleet_from_spokes, parse_since
+    from gpufed.replay.report import build_report, write_report
+    from gpufed.replay.runner import ReplaySetup, run_replay
+    from gpufed.replay.simulator import SimConfig
+    from hub.policyfile import PolicyError, policy_from_dict
+
+    if args.policy is None:
+        raise ValueError("--from-hub needs --policy: the proposed policy to compare")
+    since_s = parse_since(args.since)
+    history = fetch(args.from_hub, since_s, time.time())
+    if not history.jobs:
+        raise ValueError(f"{args.from_hub}: no workload ran in the last {args.since}")
+    fleet = load_fleet(args.fleet) if args.fleet else fleet_from_spokes(history.spokes)
+    try:
+        in_force = policy_from_dict(history.policy)
+    except PolicyError as exc:
+        raise ValueError(f"{args.from_hub}: its policy does not load: {exc}") from exc
+    jobs = _scaled(history.jobs, args.load_factor)
+    trace = {
+        "hub": args.from_hub,
+        "since": args.since,
+        "jobs": len(jobs),
+        "skipped": dict(history.skipped),
+        "load_factor": args.load_factor,
+    }
+    side: dict[str, dict[str, Any]] = {}
+    paths: list[Path] = []
+    for name, policy in (("in_force", in_force), ("proposed", _policy(args.policy))):
+        setup = ReplaySetup(
+            fleet=fleet,
+            policy=policy,
+            catalog=_catalog(args.catalog),
+            scheduler=args.scheduler,
+            burst=args.burst,
+            burst_policy=_burst_policy(args),
+            boot_s=args.boot_s,
+            sim=SimConfig(args.cycle_s, args.preempt_grace_s, args.on_preempt),
+        )
+        report = build_report(run_replay(jobs, setup, progress=_progress(args, name)), trace)
+        paths.append(write_report(report, args.out / name.replace("_", "-")))
+        side[name] = report
+    keys = (*_KEYS, "p99_wait_s", "avg_bounded_slowdown")
+    print(json.dumps({"jobs": len(jobs), "skipped": dict(history.skipped)}))
+    print(json.dumps({k: {n: side[n][k] for n in side} for k in keys}))
+    for path in paths:
+        print(path)
     return 0
 
 
@@ -268,8 +335,10 @@ def _progress(args: argparse.Namespace, label: str) -> Any:
     return show
 
 
+_KEYS = ("utilization", "avg_jct_s", "p99_jct_s", "avg_wait_s", "preemptions", "cloud_cost")
+
+
 def _summary(report: dict[str, Any], paths: list[Path]) -> None:
-    keys = ("utilization", "avg_jct_s", "p99_jct_s", "avg_wait_s", "preemptions", "cloud_cost")
-    print(json.dumps({k: report[k] for k in keys}))
+    print(json.dumps({k: report[k] for k in _KEYS}))
     for path in paths:
         print(path)

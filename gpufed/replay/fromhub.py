@@ -1,0 +1,143 @@
+"""`gpufed replay --from-hub URL`: the federation's own recent workloads as a trace.
+
+Reads the hub's REST API: `GET /v1/workloads` (newest first) for the workloads submitted in the
+last `--since`, `GET /v1/policy` for the policy in force and, without `--fleet`, `GET
+/v1/spokes` for the fleet. A workload becomes a job with its spec's shape, team and class, its
+submit time, and as run time what it ran (finish - start; until now while it still runs).
+Workloads that never started have no run time to replay and are left out (counted in
+`skipped`). When `GPUFED_TOKEN` is set it is sent as `Authorization: Bearer`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from gpufed.replay.fleet import Fleet, NodeSpec, SpokeSpec
+from gpufed.replay.traces import Job
+from schemas import SpokeKind
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+#: Most workloads one fetch asks for (the API returns the newest first).
+MAX_WORKLOADS = 1_000_000
+
+
+class HubFetchError(ValueError):
+    """The hub could not be read, or its answer makes no trace."""
+
+
+def parse_since(text: str) -> float:
+    """'7d', '12h', '30m', '90s' or plain seconds -> seconds."""
+    found = _SINCE.match(text)
+    if found is None or float(found.group(1)) <= 0:
+        raise HubFetchError(f"--since {text!r}: use a positive duration like 7d, 12h, 30m, 900s")
+    return float(found.group(1)) * _UNITS[found.group(2) or "s"]
+
+
+@dataclass(slots=True)
+class HubHistory:
+    """What the hub said: jobs to replay, its policy (as a dict), its spokes, what was left out."""
+
+    jobs: list[Job]
+    policy: dict[str, Any]
+    spokes: list[dict[str, Any]]
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubHistory:
+    """Read the workloads submitted since `now - since_s`, the policy and the spokes."""
+    token = os.environ.get("GPUFED_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s, headers=headers) as http:
+            records = _get(http, "/v1/workloads", {"limit": MAX_WORKLOADS})
+            policy = _get(http, "/v1/policy", {})
+            spokes = _get(http, "/v1/spokes", {})
+    except httpx.HTTPError as exc:
+        raise HubFetchError(f"cannot read the hub at {url}: {exc}") from exc
+    if not isinstance(records, list) or not isinstance(policy, dict):
+        raise HubFetchError(f"{url} did not answer like a gpufed hub")
+    jobs, skipped = to_jobs(records, now - since_s, now)
+    return HubHistory(jobs, policy, spokes if isinstance(spokes, list) else [], skipped)
+
+
+def to_jobs(
+    records: Sequence[Mapping[str, Any]], since: float, now: float
+) -> tuple[list[Job], Counter[str]]:
+    """Jobs of the workloads submitted at or after `since`, submit times from the first."""
+    skipped: Counter[str] = Counter()
+    rows: list[tuple[float, str, float, Mapping[str, Any]]] = []
+    for record in records:
+        submitted = float(record["submitted_at"])
+        if submitted < since:
+            continue
+        started = record.get("started_at")
+        if started is None:
+            skipped["never_started"] += 1
+            continue
+        finished = record.get("finished_at")
+        end = float(finished) if finished is not None else now
+        rows.append((submitted, str(record["id"]), max(1.0, end - float(started)), record["spec"]))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    if not rows:
+        return [], skipped
+    first = rows[0][0]
+    jobs = [
+        Job(
+            id=wid,
+            submit=submitted - first,
+            duration=duration,
+            team=str(spec["team"]),
+            nodes=int(spec.get("nodes", 1)),
+            gpus_per_node=int(spec.get("gpus_per_node", 1)),
+            fraction=spec.get("gpu_fraction"),
+            gpu_models=tuple(spec.get("gpu_models") or ()),
+            priority=str(spec.get("priority_class", "training")),
+        )
+        for submitted, wid, duration, spec in rows
+    ]
+    return jobs, skipped
+
+
+def fleet_from_spokes(spokes: Sequence[Mapping[str, Any]]) -> Fleet:
+    """The fleet as `GET /v1/spokes` describes it: per spoke and model, nodes of equal size.
+
+    The API gives each spoke's node count and GPUs per model; a spoke whose GPUs do not split
+    evenly over its nodes (mixed node sizes) needs `--fleet` instead.
+    """
+    out = []
+    for spoke in spokes:
+        gpus: Mapping[str, Mapping[str, float]] = spoke.get("gpus") or {}
+        count = int(spoke.get("nodes") or 0)
+        if not gpus or count <= 0:
+            continue
+        if len(gpus) != 1 or int(next(iter(gpus.values()))["total"]) % count:
+            raise HubFetchError(
+                f"spoke {spoke['id']} has mixed nodes ({count} nodes, GPUs {dict(gpus)}): "
+                "describe the fleet with --fleet"
+            )
+        ((model, entry),) = gpus.items()
+        per_node = int(entry["total"]) // count
+        kind = SpokeKind(spoke.get("kind", "onprem"))
+        nodes = tuple(NodeSpec(f"{spoke['id']}-{i}", model, per_node) for i in range(count))
+        out.append(SpokeSpec(str(spoke["id"]), str(spoke.get("region", "")), kind, nodes))
+    if not out:
+        raise HubFetchError("the hub reports no spoke with GPUs: describe the fleet with --fleet")
+    return Fleet(tuple(out))
+
+
+def _get(http: httpx.Client, path: str, params: dict[str, Any]) -> Any:
+    response = http.get(path, params=params)
+    if response.status_code in (401, 403):
+        raise HubFetchError(
+            f"the hub refused {path} ({response.status_code}): set GPUFED_TOKEN to its API token"
+        )
+    response.raise_for_status()
+    return response.json()

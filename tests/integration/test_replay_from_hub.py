@@ -1,0 +1,133 @@
+"""`gpufed replay --from-hub`: a real hub's finished workloads replayed under two policies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from hub.api import create_app
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes
+
+pytestmark = pytest.mark.integration
+
+IN_FORCE = {
+    "version": 1,
+    "teams": [
+        {"name": "vision", "quotas": {"H100": {"guaranteed": 2, "limit": 2}}},
+        {"name": "nlp", "quotas": {"H100": {"guaranteed": 2, "limit": 2}}},
+    ],
+}
+PROPOSED = """
+version: 1
+teams:
+  - {name: vision, quotas: {H100: {guaranteed: 2}}}
+  - {name: nlp, quotas: {H100: {guaranteed: 2}}}
+"""
+
+
+@contextlib.asynccontextmanager
+async def serve(fed: InProcessFederation) -> AsyncIterator[str]:
+    """The hub's REST API on a free loopback port, stopped by its own server handle."""
+    assert fed.hub is not None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(fed.hub), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def test_replays_the_hubs_workloads_under_both_policies(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    assert (await fed.api.put("/v1/policy", json=IN_FORCE)).status_code == 200
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.wait_spokes(1)
+    ids = []
+    for i in range(6):  # vision submits everything: the policy in force caps it at 2 GPUs
+        spec = {
+            "name": f"j{i}",
+            "team": "vision",
+            "gpus_per_node": 1,
+            "gpu_model": "H100",
+            "command": ["sleep", "1"],
+        }
+        ids.append(await fed.submit(**spec))
+    ended = [await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=30) for wid in ids]
+    assert len({r["started_at"] for r in ended}) > 1
+    proposed = tmp_path / "new.yaml"
+    proposed.write_text(PROPOSED, encoding="utf-8")
+    out = tmp_path / "out"
+    async with serve(fed) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gpufed.replay",
+            "--from-hub",
+            url,
+            "--since",
+            "1h",
+            "--policy",
+            str(proposed),
+            "--no-plots",
+            "--quiet",
+            "--out",
+            str(out),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "GPUFED_TOKEN": "not-required-yet"},
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, stderr.decode()
+    lines = stdout.decode().splitlines()
+    assert json.loads(lines[0]) == {"jobs": 6, "skipped": {}}
+    side = json.loads(lines[1])
+    # Capped at 2 GPUs, vision queues in force; under the proposal it borrows nlp's idle two.
+    assert side["avg_wait_s"]["in_force"] > side["avg_wait_s"]["proposed"]
+    for name in ("in-force", "proposed"):
+        report = json.loads((out / name / "report.json").read_text())
+        assert report["jobs"]["finished"] == 6
+        assert report["fleet"]["onprem_gpus"] == 4
+
+
+async def test_a_hub_that_cannot_be_reached_is_a_clear_error(tmp_path: Path) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    (tmp_path / "p.yaml").write_text(PROPOSED, encoding="utf-8")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpufed.replay",
+        "--from-hub",
+        f"http://127.0.0.1:{port}",
+        "--policy",
+        str(tmp_path / "p.yaml"),
+        "--out",
+        str(tmp_path / "out"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert f"cannot read the hub at http://127.0.0.1:{port}" in stderr.decode()
