@@ -14,7 +14,9 @@ gpufed/immediate and gpufed/gpufed, and prints one JSON object:
 
 `--load-factor K` divides submit times by K (arrivals K times as fast); `--limit-jobs N`
 replays the first N jobs; burst knobs as in `gpufed replay`. `--trace F --format csv` (with
-`--fleet`, `--policy`) replays another trace. docs/replay.md has the results.
+`--fleet`, `--policy`) replays another trace. Matrix entries (and the sweep's schedulers) run
+in parallel processes, `--workers` at a time (default: the CPUs). docs/replay.md has the
+results.
 
 `--sweep` instead finds each scheduler's *sustainable load*: the highest load factor at which
 the average wait stays <= `--max-wait` (900 s) on the same fleet, by evaluating 4, 5 and 6 and
@@ -30,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -113,10 +117,10 @@ def main() -> int:
         print(json.dumps(result, indent=2))
         return 0
     matrix: dict[str, dict[str, Any]] = {}
-    isolated = None
+    setups = {}
     for entry in args.matrix:
         scheduler, burst = entry.split("/")
-        setup = ReplaySetup(
+        setups[entry] = ReplaySetup(
             fleet,
             policy,
             catalog,
@@ -125,14 +129,13 @@ def main() -> int:
             burst_policy=burst_policy,
             sim=SimConfig(cycle_s=args.cycle_s),
         )
-        print(f"replaying {entry} ...", file=sys.stderr, flush=True)
-        run = run_replay(jobs, setup, isolated=isolated)
-        if scheduler == "static" and burst == "none":
-            isolated = run.outcome
-        report = build_report(run)
-        matrix[entry] = {k: report[k] for k in (*KEYS, *EXTRA)}
-        matrix[entry]["never_started"] = report["jobs"]["never_started"]
-        print(f"  {json.dumps(matrix[entry])}", file=sys.stderr, flush=True)
+    # The entries never interact: one process each, up to --workers at a time.
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        futures = {entry: pool.submit(_entry, jobs, setup) for entry, setup in setups.items()}
+        for entry, future in futures.items():
+            matrix[entry] = future.result()
+            print(f"  {entry}: {json.dumps(matrix[entry])}", file=sys.stderr, flush=True)
+    wall_s = time.perf_counter() - started
     result = {
         "trace": str(args.trace),
         "jobs": len(jobs),
@@ -143,10 +146,19 @@ def main() -> int:
         "matrix": matrix,
         "replay_seconds": matrix.get("gpufed/none", {}).get("replay_seconds"),
         "load_seconds": load_s,
+        "matrix_wall_seconds": wall_s,
         "goals": _goals(matrix),
     }
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _entry(jobs: list[Job], setup: ReplaySetup) -> dict[str, Any]:
+    """One matrix entry's figures (run in a worker process)."""
+    report = build_report(run_replay(jobs, setup))
+    found = {k: report[k] for k in (*KEYS, *EXTRA)}
+    found["never_started"] = report["jobs"]["never_started"]
+    return found
 
 
 def _scaled(jobs: list[Job], factor: float) -> list[Job]:
@@ -159,10 +171,13 @@ def sweep(
     jobs: list[Job], fleet: Fleet, policy: Policy, catalog: Catalog, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Sustainable load per scheduler (bisection) and bounded slowdown at 4, 5 and 6."""
-    schedulers = {
-        name: _sustainable(_Points(jobs, fleet, policy, catalog, name, args), args)
-        for name in args.schedulers
-    }
+    # One process per scheduler: their sweeps never interact.
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        futures = {
+            name: pool.submit(_sweep_one, jobs, fleet, policy, catalog, name, args)
+            for name in args.schedulers
+        }
+        schedulers = {name: future.result() for name, future in futures.items()}
     gpufed = schedulers.get("gpufed", {}).get("sustainable_load")
     static = schedulers.get("static", {}).get("sustainable_load")
     return {
@@ -177,6 +192,17 @@ def sweep(
             "gpufed_at_least_2_8x_static": bool(gpufed and static and gpufed / static >= 2.8),
         },
     }
+
+
+def _sweep_one(
+    jobs: list[Job],
+    fleet: Fleet,
+    policy: Policy,
+    catalog: Catalog,
+    scheduler: str,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    return _sustainable(_Points(jobs, fleet, policy, catalog, scheduler, args), args)
 
 
 class _Points:
@@ -289,6 +315,9 @@ def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--trace", type=Path, default=PHILLY)
     p.add_argument("--format", default="philly", help="philly, csv or alibaba")
+    p.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="matrix entries run at once"
+    )
     p.add_argument("--sweep", action="store_true", help="sustainable load per scheduler")
     p.add_argument(
         "--schedulers", type=lambda s: s.split(","), default=["gpufed", "static", "fifo"]
