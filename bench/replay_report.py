@@ -21,11 +21,11 @@ results.
 `--sweep` instead finds each scheduler's *sustainable load*: the highest load factor at which
 the average wait stays <= `--max-wait` (900 s) on the same fleet, by evaluating 4, 5 and 6 and
 bisecting the bracket where the wait crosses the bound (to `--tolerance`), and reports avg/p99
-bounded slowdown at load factors 4, 5 and 6 (`sweep_plot.py` draws the curve).
+bounded slowdown at load factors 4, 5 and 6 (`--plot FILE` draws the curve).
 
-    .venv/bin/python bench/replay_report.py                    # full trace, as submitted
-    .venv/bin/python bench/replay_report.py --load-factor 4    # about 4x the load
-    .venv/bin/python bench/replay_report.py --sweep            # sustainable load per scheduler
+    .venv/bin/python bench/replay_report.py --trace philly.csv                    # as submitted
+    .venv/bin/python bench/replay_report.py --trace philly.csv --load-factor 4    # 4x the load
+    .venv/bin/python bench/replay_report.py --trace philly.csv --sweep --plot sweep.png
 """
 
 from __future__ import annotations
@@ -40,27 +40,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from burst.catalog import load_catalog
+from burst.catalog import Catalog, load_catalog
 from burst.core import BurstPolicy
-from gpufed.replay.fleet import load_fleet
+from gpufed.replay.fleet import Fleet, load_fleet
 from gpufed.replay.report import build_report
 from gpufed.replay.runner import ReplaySetup, run_replay
 from gpufed.replay.simulator import SimConfig
-from gpufed.replay.traces import load_trace
+from gpufed.replay.traces import Job, load_trace
+from hub.core.policy import Policy
 from hub.policyfile import load_policy
 
-from burst.catalog import Catalog, load_catalog  # noqa: E402
-from burst.core import BurstPolicy  # noqa: E402
-from gpufed.replay.fleet import Fleet, load_fleet  # noqa: E402
-from gpufed.replay.report import build_report  # noqa: E402
-from gpufed.replay.runner import ReplaySetup, run_replay  # noqa: E402
-from gpufed.replay.simulator import SimConfig  # noqa: E402
-from gpufed.replay.traces import Job, load_trace  # noqa: E402
-from hub.core.policy import Policy  # noqa: E402
-from hub.policyfile import load_policy  # noqa: E402
-
-REPO = _HERE.parent
-PHILLY = REPO.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
+HERE = Path(__file__).resolve().parent
 LOADS = (4.0, 5.0, 6.0)
 SWEEP_KEYS = (
     "avg_wait_s",
@@ -92,7 +82,7 @@ EXTRA = (
 def main() -> int:
     args = _args()
     if not args.trace.exists():
-        print(f"trace not found: {args.trace} (expected ../shared/traces beside the repo)")
+        print(f"trace not found: {args.trace}")
         return 1
     started = time.perf_counter()
     base = load_trace(args.trace, args.format, limit=args.limit_jobs)
@@ -313,7 +303,7 @@ def _goals(matrix: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--trace", type=Path, default=PHILLY)
+    p.add_argument("--trace", type=Path, required=True, help="Pollux's philly.csv (or --format)")
     p.add_argument("--format", default="philly", help="philly, csv or alibaba")
     p.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="matrix entries run at once"
@@ -325,8 +315,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--max-wait", type=float, default=900.0, help="sweep: avg wait bound (s)")
     p.add_argument("--plot", type=Path, default=None, help="sweep: PNG of wait against load")
     p.add_argument("--tolerance", type=float, default=0.1, help="sweep: bisection precision")
-    p.add_argument("--fleet", type=Path, default=_HERE / "replay" / "philly-fleet.yaml")
-    p.add_argument("--policy", type=Path, default=_HERE / "replay" / "philly-policy.yaml")
+    p.add_argument("--fleet", type=Path, default=HERE / "replay" / "philly-fleet.yaml")
+    p.add_argument("--policy", type=Path, default=HERE / "replay" / "philly-policy.yaml")
     p.add_argument("--limit-jobs", type=int, default=None, help="the first N jobs only")
     p.add_argument("--load-factor", type=float, default=1.0, help="divide submit times by K")
     p.add_argument("--cycle-s", type=float, default=10.0)
