@@ -49,6 +49,8 @@ def _mtime(path: str) -> int | None:
 
 #: How long JetStream remembers a Nats-Msg-Id; a retried publish inside it is dropped as a repeat.
 DUPLICATE_WINDOW_S = 120.0
+#: Most messages a durable consumer fetches per round trip (it takes what is there, up to this).
+FETCH_BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,11 +248,43 @@ class Bus:
         stop: asyncio.Event,
         *,
         ack_wait_s: float = 30.0,
+        batch: int = FETCH_BATCH,
     ) -> None:
         """Feed a durable pull consumer's messages to `handler`, one at a time, until `stop`.
 
         The handler acks (after it has applied the message) or naks; a handler that raises gets
-        the message redelivered after `ack_wait_s`.
+        the message redelivered after `ack_wait_s`. Messages are fetched up to `batch` at a
+        time (what is there, without waiting for more), so a busy stream costs one round trip
+        per batch, not per message.
+        """
+
+        async def one_by_one(msgs: list[Msg]) -> None:
+            for msg in msgs:
+                try:
+                    await handler(msg)
+                except Exception:
+                    log.exception("message_handler_failed", subject=msg.subject)
+
+        await self.consume_batches(
+            stream, durable, filter_subject, one_by_one, stop, ack_wait_s=ack_wait_s, batch=batch
+        )
+
+    async def consume_batches(
+        self,
+        stream: str,
+        durable: str,
+        filter_subject: str,
+        handler: Callable[[list[Msg]], Awaitable[None]],
+        stop: asyncio.Event,
+        *,
+        ack_wait_s: float = 30.0,
+        batch: int = FETCH_BATCH,
+    ) -> None:
+        """Feed a durable pull consumer's messages to `handler` as lists, in stream order.
+
+        Each list is what was available, up to `batch`: the handler applies them together (one
+        store transaction, say) and acks each; what it does not ack comes back after
+        `ack_wait_s`.
         """
         config = ConsumerConfig(
             durable_name=durable,
@@ -264,7 +298,7 @@ class Bus:
         )
         while not stop.is_set():
             try:
-                msgs = await sub.fetch(1, timeout=1.0)
+                msgs = await sub.fetch(batch, timeout=1.0)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
@@ -272,11 +306,10 @@ class Bus:
                 continue
             except nats.js.errors.FetchTimeoutError:
                 continue
-            for msg in msgs:
-                try:
-                    await handler(msg)
-                except Exception:
-                    log.exception("message_handler_failed", subject=msg.subject)
+            try:
+                await handler(msgs)
+            except Exception:
+                log.exception("message_handler_failed", subject=msgs[0].subject, count=len(msgs))
 
     async def _watch_credentials(self, path: str, every_s: float) -> None:
         """Reconnect when the creds file is replaced (renewed before it expires).

@@ -64,6 +64,19 @@ def create_app(hub: HubService) -> FastAPI:
         record = await hub.submit(spec)
         return JSONResponse(status_code=201, content=_workload_json(record))
 
+    @app.post("/v1/workloads:batch")
+    async def submit_batch(request: Request) -> Any:
+        """Up to MAX_BATCH specs (a JSON list, or {"workloads": [...]}), stored together.
+
+        200 with one result per spec, in order (each stands or falls alone); 400 or 413 when
+        the batch as a whole is refused.
+        """
+        reply = await hub.handlers.submit_batch(await request.body())
+        if reply.error is not None:
+            status = 413 if reply.error.code == "batch_too_large" else 400
+            return _error(status, reply.error)
+        return reply.model_dump(mode="json", exclude={"schema_version", "error"})
+
     @app.get("/v1/workloads")
     async def list_workloads(
         team: str | None = None, phase: str | None = None, limit: int = 500

@@ -25,21 +25,19 @@ class Cycle:
         self.state = state
         self.leases = leases
         self.publisher = publisher
+        # workload id -> (attempts, phase, core view) as of the last cycle that saw it
+        self._cache: dict[str, tuple[object, Phase, Workload | RunningWorkload | None]] = {}
+        self._seqs: dict[str, tuple[object, int, int | None]] = {}
 
     async def run(self) -> Plan:
         """One cycle: place what fits, preempt what must make room, publish demand."""
         state = self.state
         async with state.lock:
             now = state.clock()
-            pending = [
-                Workload(w.id, w.spec, w.submitted_at, claims_freed=w.id in state.claims)
-                for w in state.workloads.values()
-                if w.phase == Phase.QUEUED
-            ]
+            pending, running = self._views()
             if not pending:
                 await self.publisher.publish_demand(Plan(), {}, now)
                 return Plan()
-            running = self.running()
             result = plan_placement(
                 self.snapshot(now, running), pending, running, state.policy_at(now), now
             )
@@ -56,9 +54,7 @@ class Cycle:
         """The fleet as placement sees it, assumed allocations taken off."""
         state = self.state
         running = self.running() if running is None else running
-        active = [
-            (rw, state.workloads[rw.id].epoch, state.workloads[rw.id].command_seq) for rw in running
-        ]
+        active = [self._active(rw) for rw in running]
         accepting = {
             sid: self.leases.accepts_work(state.spokes.get(sid), now) for sid in state.reports
         }
@@ -67,11 +63,48 @@ class Cycle:
 
     def running(self) -> list[RunningWorkload]:
         """Every workload holding devices, as the core sees it."""
-        return [
-            rw
-            for w in self.state.workloads.values()
-            if (rw := transitions.as_running(w)) is not None
-        ]
+        return self._views()[1]
+
+    def _views(self) -> tuple[list[Workload], list[RunningWorkload]]:
+        """The pending and the running workloads as the core sees them, in one pass.
+
+        A record's core view changes only when its phase or attempts do (both are replaced,
+        never mutated), so views are kept between cycles and rebuilt only for the records an
+        event, a placement or a requeue touched: a cycle costs a lookup per workload in
+        flight, not a rebuild.
+        """
+        claims = self.state.claims
+        cache = self._cache
+        pending: list[Workload] = []
+        running: list[RunningWorkload] = []
+        for w in self.state.workloads.values():
+            cached = cache.get(w.id)
+            if cached is None or cached[0] is not w.attempts or cached[1] is not w.phase:
+                view: Workload | RunningWorkload | None = (
+                    Workload(w.id, w.spec, w.submitted_at)
+                    if w.phase == Phase.QUEUED
+                    else transitions.as_running(w)
+                )
+                cached = cache[w.id] = (w.attempts, w.phase, view)
+            view = cached[2]
+            if isinstance(view, RunningWorkload):
+                running.append(view)
+            elif view is not None:
+                if w.id in claims:
+                    view = Workload(w.id, w.spec, w.submitted_at, claims_freed=True)
+                pending.append(view)
+        if len(cache) > 2 * len(self.state.workloads) + 1024:  # forget the ended
+            live = self.state.workloads
+            self._cache = {k: v for k, v in cache.items() if k in live}
+            self._seqs = {k: v for k, v in self._seqs.items() if k in live}
+        return pending, running
+
+    def _active(self, rw: RunningWorkload) -> tuple[RunningWorkload, int, int | None]:
+        w = self.state.workloads[rw.id]
+        cached = self._seqs.get(rw.id)
+        if cached is None or cached[0] is not w.attempts:
+            cached = self._seqs[rw.id] = (w.attempts, w.epoch, w.command_seq)
+        return rw, cached[1], cached[2]
 
     def _forget_reported_ends(self) -> None:
         ended, reports = self.state.ended, self.state.reports

@@ -6,7 +6,9 @@ hearing the others. JetStream messages are acked once their effect is saved.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -22,9 +24,11 @@ from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
 from schemas import (
+    MAX_BATCH,
     CapacityReport,
     ErrorReply,
     EventPhase,
+    SubmitBatchReply,
     SubmitReply,
     SyncReply,
     SyncRequest,
@@ -49,15 +53,29 @@ class Handlers:
         leases: Leases,
         submit: Callable[[WorkloadSpec], Awaitable[WorkloadRecord]],
         reconcile: Callable[[SyncRequest], Awaitable[SyncReply]],
+        submit_many: Callable[[Sequence[WorkloadSpec]], Awaitable[list[WorkloadRecord | HubError]]]
+        | None = None,
     ) -> None:
         self.state = state
         self.leases = leases
         self._submit = submit
+        self._submit_many = submit_many
         self._reconcile = reconcile
+        self._answering: set[asyncio.Task[None]] = set()
         self._spoke_persisted: dict[str, float] = {}
 
     async def on_submit(self, msg: Msg) -> None:
-        """`submit`: a WorkloadSpec in, a SubmitReply out."""
+        """`submit`: a WorkloadSpec in, a SubmitReply out.
+
+        Answered in a task of its own: the subscription hands over the next submission at
+        once, so submissions that arrive together are saved together (`HubService.submit`).
+        """
+        task = asyncio.create_task(self.answer_submit(msg))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    async def answer_submit(self, msg: Msg) -> None:
+        """Take one submission and answer it."""
         try:
             spec = WorkloadSpec.model_validate_json(msg.data)
             record = await self._submit(spec)
@@ -75,6 +93,70 @@ class Handlers:
             reply = SubmitReply(ok=False, error=error)
         if msg.reply:
             await msg.respond(reply.model_dump_json().encode())
+
+    async def on_submit_batch(self, msg: Msg) -> None:
+        """`submit_batch`: a JSON list of WorkloadSpec in, a SubmitBatchReply out."""
+        try:
+            reply = await self.submit_batch(msg.data)
+        except Exception:
+            log.exception("submit_batch_failed")
+            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
+            reply = SubmitBatchReply(error=error)
+        if msg.reply:
+            await msg.respond(reply.model_dump_json().encode())
+
+    async def submit_batch(self, body: bytes | str) -> SubmitBatchReply:
+        """Validate each spec of a JSON list on its own; store the valid ones together.
+
+        A body that is not a list, or holds more than MAX_BATCH specs, is refused whole.
+        """
+        try:
+            items = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return SubmitBatchReply(
+                error=ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}")
+            )
+        if isinstance(items, dict) and isinstance(items.get("workloads"), list):
+            items = items["workloads"]
+        if not isinstance(items, list):
+            return SubmitBatchReply(
+                error=ErrorReply(
+                    code="invalid_batch",
+                    message='a batch is a JSON list of workload specs (or {"workloads": [...]})',
+                )
+            )
+        if len(items) > MAX_BATCH:
+            return SubmitBatchReply(
+                error=ErrorReply(
+                    code="batch_too_large",
+                    message=f"a batch holds at most {MAX_BATCH} workloads; this one has "
+                    f"{len(items)}: split it",
+                )
+            )
+        replies: list[SubmitReply | None] = []
+        specs: list[WorkloadSpec] = []
+        for item in items:
+            try:
+                specs.append(WorkloadSpec.model_validate(item))
+                replies.append(None)
+            except ValidationError as exc:
+                replies.append(SubmitReply(ok=False, error=validation_error(exc)))
+        if self._submit_many is None:
+            raise RuntimeError("this hub takes no batches")
+        outcomes = iter(await self._submit_many(specs))
+        results: list[SubmitReply] = []
+        for reply in replies:
+            if reply is None:
+                outcome = next(outcomes)
+                if isinstance(outcome, HubError):
+                    reply = SubmitReply(ok=False, error=outcome.reply())
+                else:
+                    reply = SubmitReply(ok=True, workload_id=outcome.id)
+            results.append(reply)
+        accepted = sum(r.ok for r in results)
+        refused = len(results) - accepted
+        self.state.counters["submit_invalid"] += refused
+        return SubmitBatchReply(results=tuple(results), accepted=accepted, refused=refused)
 
     async def on_capacity(self, msg: Msg) -> None:
         """`spoke.<id>.capacity`: renew the spoke's lease, keep its report."""
@@ -167,32 +249,46 @@ class Handlers:
 
     async def on_event(self, msg: Msg) -> None:
         """`spoke.<id>.events` (JetStream): a workload's phase change under one epoch."""
-        try:
-            event = WorkloadEvent.model_validate_json(msg.data)
-        except ValidationError as exc:
-            self._malformed(msg, exc)
-            await msg.ack()
-            return
+        await self.on_events([msg])
+
+    async def on_events(self, msgs: list[Msg]) -> None:
+        """Events as fetched, in stream order: applied together, saved in one transaction.
+
+        Each is acked once the batch is saved; a failed save acks none, so all come back.
+        """
+        events: list[WorkloadEvent] = []
+        for msg in msgs:
+            try:
+                events.append(WorkloadEvent.model_validate_json(msg.data))
+            except ValidationError as exc:
+                self._malformed(msg, exc)
         state = self.state
         async with state.lock:
-            record = state.workloads.get(event.workload_id)
-            live = record.lifecycle.live if record is not None else None
-            if record is None or live is None or event.epoch != live.epoch:
-                # Fencing: an event of an attempt that is not the live one changes nothing.
-                state.counters["events_stale"] += 1
-                log.info(
-                    "event_ignored",
-                    workload=event.workload_id,
-                    epoch=event.epoch,
-                    phase=event.phase.value,
-                )
-            elif self._apply_event(record, event):
-                await state.db(state.store.save, [record])
-                if record.phase.terminal:
-                    state.forget(record.id)
-        await msg.ack()
-        state.counters["events"] += 1
-        state.trigger()
+            changed: dict[str, WorkloadRecord] = {}
+            for event in events:
+                record = state.workloads.get(event.workload_id)
+                live = record.lifecycle.live if record is not None else None
+                if record is None or live is None or event.epoch != live.epoch:
+                    # Fencing: an event of an attempt that is not the live one changes nothing.
+                    state.counters["events_stale"] += 1
+                    log.info(
+                        "event_ignored",
+                        workload=event.workload_id,
+                        epoch=event.epoch,
+                        phase=event.phase.value,
+                    )
+                elif self._apply_event(record, event):
+                    changed[record.id] = record
+            if changed:
+                await state.db(state.store.save, list(changed.values()))
+                for record in changed.values():
+                    if record.phase.terminal:
+                        state.forget(record.id)
+        for msg in msgs:
+            await msg.ack()
+        state.counters["events"] += len(events)
+        if any(e.phase != EventPhase.RUNNING for e in events):
+            state.trigger()  # devices freed or work requeued; a start changes no plan
 
     def _apply_event(self, w: WorkloadRecord, event: WorkloadEvent) -> bool:
         """Move a workload on from its spoke's event; False if the event changes nothing."""

@@ -51,6 +51,8 @@ class Publisher:
         self.bus = bus
         self.demand = DemandReport(sent_at=0.0, seq=0)
         self._demand_published_at = 0.0
+        self._to_mark: list[str] = []
+        self._marker: asyncio.Task[None] | None = None
 
     async def publish(self, decisions: Sequence[DecisionRecord]) -> None:
         """Publish saved decisions (each until acked), then mark them published."""
@@ -66,8 +68,25 @@ class Publisher:
                 continue
             if record.decision_id == decision_id(w.id, live.epoch, "place"):
                 w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
-        await self.state.db(self.state.store.mark_published, [d.decision_id for d in decisions])
         self.state.counters["commands_published"] += len(decisions)
+        self._to_mark.extend(d.decision_id for d in decisions)
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.create_task(self._mark_published(), name="hub-mark-published")
+
+    async def _mark_published(self) -> None:
+        # Marks of many cycles go in one write: a mark lost to a crash only means the command
+        # is sent again under the same id, and the bus drops the copy.
+        while self._to_mark:
+            ids, self._to_mark = self._to_mark, []
+            try:
+                await self.state.db(self.state.store.mark_published, ids)
+            except Exception:
+                log.warning("mark_published_failed", count=len(ids))
+
+    async def flush_marks(self) -> None:
+        """Wait until every publish so far is marked in the store."""
+        while self._marker is not None and not self._marker.done():
+            await asyncio.shield(self._marker)
 
     async def republish_unpublished(self) -> None:
         """Send again what a crash left unpublished, under the same ids."""

@@ -27,7 +27,7 @@ from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
 from hub.cycle import Cycle
-from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound
+from hub.errors import Conflict, HubError, InvalidPolicy, InvalidWorkload, NotFound, Unavailable
 from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.ids import decision_id, new_workload_id
@@ -79,9 +79,13 @@ class HubService:
         self.leases = Leases(settings.suspect_after_s, settings.lost_after_s)
         self.publisher = Publisher(self.state, bus)
         self.cycle = Cycle(self.state, self.leases, self.publisher)
-        self.handlers = Handlers(self.state, self.leases, self.submit, self.reconcile)
+        self.handlers = Handlers(
+            self.state, self.leases, self.submit, self.reconcile, submit_many=self.submit_many
+        )
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
+        self._to_commit: list[tuple[list[WorkloadRecord], asyncio.Future[None]]] = []
+        self._committer: asyncio.Task[None] | None = None
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
@@ -130,15 +134,16 @@ class HubService:
         nc, h = self.bus.nc, self.handlers
         subs = [
             await nc.subscribe(subjects.SUBMIT, queue="hub", cb=h.on_submit),
+            await nc.subscribe(subjects.SUBMIT_BATCH, queue="hub", cb=h.on_submit_batch),
             await nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=h.on_capacity),
             await nc.subscribe(subjects.SYNC_SUBJECTS, cb=h.on_sync),
             await nc.subscribe(burst.BURST_STATE, cb=h.on_burst_state),
         ]
-        events = self.bus.consume(
+        events = self.bus.consume_batches(
             subjects.EVENTS_STREAM,
             subjects.HUB_EVENTS_CONSUMER,
             subjects.EVENTS_SUBJECTS,
-            h.on_event,
+            h.on_events,
             stop,
             ack_wait_s=5.0,  # a crashed hub's unacked events come back quickly
         )
@@ -162,6 +167,8 @@ class HubService:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.publisher.flush_marks()
             await self.bus.close()
             log.info("hub_stopped")
 
@@ -210,6 +217,23 @@ class HubService:
 
     async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
         """Accept a workload; raises InvalidWorkload for what policy refuses."""
+        record = self._new_record(spec)
+        await self._commit([record])
+        return record
+
+    async def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord | HubError]:
+        """Accept what policy allows of `specs`, saved in one transaction; per spec, in order,
+        the new record or why it was refused."""
+        results: list[WorkloadRecord | HubError] = []
+        for spec in specs:
+            try:
+                results.append(self._new_record(spec))
+            except HubError as exc:
+                results.append(exc)
+        await self._commit([r for r in results if isinstance(r, WorkloadRecord)])
+        return results
+
+    def _new_record(self, spec: WorkloadSpec) -> WorkloadRecord:
         if spec.priority_class not in self.policy.priorities:
             known = ", ".join(sorted(self.policy.priorities))
             raise InvalidWorkload(
@@ -219,13 +243,60 @@ class HubService:
         now = self.clock()
         record = WorkloadRecord(id=new_workload_id(), spec=spec, submitted_at=now)
         record.note(now, "submitted")
-        async with self.state.lock:
-            await self.db(self.store.save, [record])
-            self.workloads[record.id] = record
-        self.counters["submitted"] += 1
-        log.info("workload_submitted", workload=record.id, team=spec.team, gpus=spec.total_gpus)
-        self.trigger()
         return record
+
+    async def _commit(self, records: list[WorkloadRecord]) -> None:
+        """Save new workloads, then take them on (group commit).
+
+        Submissions that arrive while a save is under way wait and are saved together in the
+        next transaction: under load one commit serves many submissions. Returns once
+        `records` are durable; raises what the store raised.
+        """
+        if not records:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._to_commit.append((records, done))
+        if self._committer is None or self._committer.done():
+            # Its own task: a submitter that goes away must not cancel the others' save.
+            self._committer = asyncio.create_task(self._commit_queued(), name="hub-commit")
+        await done
+
+    async def _commit_queued(self) -> None:
+        while self._to_commit:
+            batch, self._to_commit = self._to_commit, []
+            with contextlib.suppress(Exception):  # each waiter gets it from its future
+                await self._commit_batch(batch)
+
+    async def _commit_batch(
+        self, batch: list[tuple[list[WorkloadRecord], asyncio.Future[None]]]
+    ) -> None:
+        records = [r for rs, _ in batch for r in rs]
+        try:
+            async with self.state.lock:
+                await self.db(self.store.save, records)
+                for record in records:
+                    self.workloads[record.id] = record
+        except BaseException as exc:
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(
+                        exc
+                        if isinstance(exc, Exception)
+                        else Unavailable("the hub is stopping; try again")
+                    )
+            raise
+        for _, done in batch:
+            if not done.done():  # its submitter may have gone away
+                done.set_result(None)
+        self.counters["submitted"] += len(records)
+        for record in records:
+            log.info(
+                "workload_submitted",
+                workload=record.id,
+                team=record.spec.team,
+                gpus=record.spec.total_gpus,
+            )
+        self.trigger()
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:
         """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""
@@ -298,11 +369,19 @@ class HubService:
 
     async def _cycle_loop(self, stop: asyncio.Event) -> None:
         wakeup = self.state.wakeup
+        loop = asyncio.get_running_loop()
+        last = 0.0
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), timeout=self._until_next_cycle())
-            if self.settings.debounce_s:
-                await asyncio.sleep(self.settings.debounce_s)
+            # Debounced, and no closer to the last cycle than cycle_interval_s: under load a
+            # cycle takes what arrived meanwhile, and its fixed cost is shared among them.
+            wait = max(
+                self.settings.debounce_s, last + self.settings.cycle_interval_s - loop.time()
+            )
+            if wait > 0:
+                await asyncio.sleep(wait)
+            last = loop.time()
             wakeup.clear()
             try:
                 await self.check_leases()

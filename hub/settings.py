@@ -22,6 +22,9 @@ class HubSettings(BaseModel):
         default=None, description="Bearer token for admin calls (PUT /v1/policy); None: open."
     )
     debounce_s: float = Field(default=0.005, ge=0)
+    cycle_interval_s: float = Field(
+        default=0.02, ge=0, description="Least time from one scheduling cycle's start to the next."
+    )
     tick_s: float = Field(default=2.0, gt=0)
     suspect_after_s: float = Field(default=15.0, gt=0)
     lost_after_s: float = Field(default=120.0, gt=0)

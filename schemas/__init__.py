@@ -17,13 +17,16 @@ from schemas.errors import ErrorReply, GpufedError
 from schemas.events import EventPhase, WorkloadEvent
 from schemas.sync import SyncReply, SyncRequest
 from schemas.workloads import (
+    MAX_BATCH,
     Phase,
     RestartPolicy,
+    SubmitBatchReply,
     SubmitReply,
     WorkloadSpec,
 )
 
 __all__ = [
+    "MAX_BATCH",
     "SCHEMA_VERSION",
     "Assignment",
     "CancelCommand",
@@ -39,6 +42,7 @@ __all__ = [
     "RestartPolicy",
     "RunningRef",
     "SpokeKind",
+    "SubmitBatchReply",
     "SubmitReply",
     "SyncReply",
     "SyncRequest",

@@ -5,6 +5,9 @@ from __future__ import annotations
 PREFIX = "gpufed.v1"
 
 SUBMIT = f"{PREFIX}.submit"
+#: A JSON list of WorkloadSpec in (at most MAX_BATCH, and within the server's max_payload),
+#: a SubmitBatchReply out.
+SUBMIT_BATCH = f"{PREFIX}.submit_batch"
 
 COMMANDS_STREAM = "GPUFED_COMMANDS"
 EVENTS_STREAM = "GPUFED_EVENTS"

@@ -178,3 +178,20 @@ class SubmitReply(WireModel):
     ok: bool
     workload_id: Identifier | None = None
     error: ErrorReply | None = None
+
+
+#: Most workloads one batch submission may hold.
+MAX_BATCH = 10_000
+
+
+class SubmitBatchReply(WireModel):
+    """Answer to a batch submission: one SubmitReply per spec, in order; or why none was taken.
+
+    `error` is set (and `results` empty) when the batch as a whole was refused (too many specs,
+    not a list); otherwise each spec stands or falls alone.
+    """
+
+    results: tuple[SubmitReply, ...] = ()
+    accepted: int = 0
+    refused: int = 0
+    error: ErrorReply | None = None
