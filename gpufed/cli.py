@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop running work when the spoke stops (default: it runs on and is re-adopted)",
     )
+    spoke.add_argument(
+        "--journal-fsync",
+        action="store_true",
+        help="fsync the spoke's journal before each message that depends on it (default: "
+        "flushed to the OS, which survives the process but not the machine crashing)",
+    )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
     spoke.set_defaults(func=_spoke)
@@ -164,6 +170,7 @@ def _spoke(args: argparse.Namespace) -> int:
             price_per_gpu_hour=args.price,
             resync_interval_s=args.resync_interval,
             stop_workloads_on_exit=args.stop_workloads_on_exit,
+            journal_fsync=args.journal_fsync,
             kubeconfig=args.kubeconfig,
             kube_context=args.context,
         )

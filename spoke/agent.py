@@ -48,6 +48,8 @@ _EPS = 1e-9
 MIN_REPORT_INTERVAL_S = 0.05
 #: Decision ids remembered to drop repeats (JetStream dedupes only inside its window).
 SEEN_DECISIONS = 100_000
+#: Most events published together (pipelined: all sent, then all acks awaited).
+OUTBOX_BATCH = 256
 
 
 class SpokeAgent:
@@ -70,11 +72,13 @@ class SpokeAgent:
         self.counters: Counter[str] = Counter()
         self.ready = asyncio.Event()
         self.journal = Journal(
-            settings.workdir / "journal.jsonl", max_outbox=settings.max_pending_events
+            settings.workdir / "journal.jsonl",
+            max_outbox=settings.max_pending_events,
+            fsync=settings.journal_fsync,
         )
         self._nodes: dict[str, NodeInventory] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._outbox: asyncio.Queue[WorkloadEvent] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()  # (event id, JSON)
         self._report_now = asyncio.Event()
         self._sync_now = asyncio.Event()
         self._seq = 0
@@ -92,7 +96,8 @@ class SpokeAgent:
         """Serve until `stop` is set."""
         await self._refresh_inventory()
         for event in self.journal.state.outbox.values():
-            self._outbox.put_nowait(event)  # owed to the hub from before a restart
+            # owed to the hub from before a restart
+            self._outbox.put_nowait((event.event_id, event.model_dump_json().encode()))
         await self._adopt()
         await self.bus.connect()
         tasks = [
@@ -171,6 +176,7 @@ class SpokeAgent:
         while not stop.is_set():
             try:
                 await self._refresh_inventory()
+                self.journal.flush()
                 await self.bus.publish(
                     subjects.capacity(self.settings.id), self.report().model_dump_json().encode()
                 )
@@ -228,6 +234,7 @@ class SpokeAgent:
             finished=tuple(RunningRef(workload_id=w, epoch=e) for w, e in finished),
             applied_seq=self.journal.state.applied_seq,
         )
+        self.journal.flush()
         msg = await self.bus.nc.request(
             subjects.sync(self.settings.id), request.model_dump_json().encode(), timeout=5
         )
@@ -286,6 +293,7 @@ class SpokeAgent:
         self._remember(command.decision_id)
         with contextlib.suppress(AttributeError, ValueError):
             self.journal.applied(msg.metadata.sequence.stream)
+        self.journal.flush()
         await msg.ack()
 
     async def _place(self, command: PlaceCommand) -> None:
@@ -307,6 +315,7 @@ class SpokeAgent:
             )
             return
         self.journal.placed(wid, command.epoch, command.assignments)
+        self.journal.flush()  # on disk before the process exists
         launch = Launch(wid, command.epoch, command.decision_id, command.spec, command.assignments)
         try:
             await self.runtime.start(launch)
@@ -396,21 +405,29 @@ class SpokeAgent:
             message=clean_text(message, 4096),
             at=self.clock(),
         )
-        if self.journal.queue_event(event):
-            await self._outbox.put(event)
+        payload = self.journal.queue_event(event)  # serialised once, for both
+        if payload is not None:
+            self._outbox.put_nowait((event.event_id, payload))
         else:
             self.counters["events_dropped"] += 1
 
     async def _outbox_loop(self) -> None:
-        # One publisher keeps events in order; each is retried until JetStream has it.
+        # One publisher keeps events in order. What has queued up goes out together: every
+        # publish of a batch is written before any ack is awaited (pipelined), each is retried
+        # under its own Nats-Msg-Id until JetStream has it, and the journal notes them
+        # delivered once all are acked.
         subject = subjects.events(self.settings.id)
         while True:
-            event = await self._outbox.get()
-            await self.bus.publish_durable(
-                subject, event.model_dump_json().encode(), event.event_id
+            batch = [await self._outbox.get()]
+            while len(batch) < OUTBOX_BATCH and not self._outbox.empty():
+                batch.append(self._outbox.get_nowait())
+            self.journal.flush()  # what the hub hears of is on disk first
+            await asyncio.gather(
+                *(self.bus.publish_durable(subject, payload, eid) for eid, payload in batch)
             )
-            self.journal.delivered(event.event_id)
-            self._outbox.task_done()
+            for event_id, _ in batch:
+                self.journal.delivered(event_id)
+                self._outbox.task_done()
 
     async def _drain_outbox(self, within_s: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -2,8 +2,10 @@
 
 One JSON line per fact: a placement applied, a workload ended, an event queued for the hub, an
 event delivered. Replaying it rebuilds the state; it is rewritten compactly when it grows. Lines
-are flushed to the OS on every append (a killed spoke process loses nothing; a machine crash may
-lose the last lines, which reconciliation with the hub repairs).
+are buffered and flushed to the OS (`flush`) before anything they describe leaves the process,
+so a killed spoke process loses nothing anyone heard of; with `fsync` (the spoke's
+`journal_fsync` setting) each flush also waits for the disk, else a machine crash may lose the
+last lines, which reconciliation with the hub repairs.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ class SpokeState:
 class Journal:
     """Append-only state journal of one spoke (not safe for two processes at once)."""
 
-    def __init__(self, path: Path, max_outbox: int = 100_000) -> None:
+    def __init__(self, path: Path, max_outbox: int = 100_000, fsync: bool = False) -> None:
         self.path = path
         self.max_outbox = max_outbox
+        self.fsync = fsync
+        self._dirty = False
         self.state = SpokeState()
         self.dropped = 0
         self._lines = 0
@@ -51,6 +55,7 @@ class Journal:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
+        self.flush()
         self._file.close()
 
     # --- facts ---
@@ -68,8 +73,9 @@ class Journal:
             self.state.applied_seq = seq
             self._append({"t": "seq", "s": seq})
 
-    def queue_event(self, event: WorkloadEvent) -> bool:
-        """Keep an event until the hub has it; False (and a log) when the outbox is full."""
+    def queue_event(self, event: WorkloadEvent) -> bytes | None:
+        """Keep an event until the hub has it; its JSON, or None (and a log) when the outbox
+        is full."""
         if len(self.state.outbox) >= self.max_outbox:
             self.dropped += 1
             log.error(
@@ -80,10 +86,11 @@ class Journal:
                 workload=event.workload_id,
                 phase=event.phase.value,
             )
-            return False
+            return None
         self.state.outbox[event.event_id] = event
-        self._append({"t": "event", "v": event.model_dump(mode="json")})
-        return True
+        payload = event.model_dump_json()
+        self._write('{"t":"event","v":' + payload + "}\n")
+        return payload.encode()
 
     def delivered(self, event_id: str) -> None:
         if self.state.outbox.pop(event_id, None) is not None:
@@ -140,12 +147,28 @@ class Journal:
             if old not in self.state.allocations:
                 self.state.epochs.pop(old, None)
 
+    def flush(self) -> None:
+        """Hand what was appended to the OS (and to the disk, if `fsync`).
+
+        The agent calls this before anything leaves the process (an event, a heartbeat, an
+        ack, a started process): what others learn of is never ahead of the journal.
+        """
+        if self._dirty:
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+            self._dirty = False
+
     def _append(self, rec: dict[str, Any]) -> None:
-        self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        self._file.flush()
+        self._write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def _write(self, line: str) -> None:
+        self._file.write(line)
+        self._dirty = True
         self._lines += 1
         if self._lines >= COMPACT_AFTER_LINES:
             self._file.close()
+            self._dirty = False
             self._compact()
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 

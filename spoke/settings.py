@@ -27,6 +27,11 @@ class SpokeSettings(BaseModel):
     stop_grace_s: float = Field(default=5.0, ge=0)
     resync_interval_s: float = Field(default=30.0, gt=0)
     max_pending_events: int = Field(default=100_000, ge=1)
+    journal_fsync: bool = Field(
+        default=False,
+        description="fsync the journal before each message that depends on it (survives a "
+        "machine crash, at a disk write per batch); off: flushed to the OS only.",
+    )
     stop_workloads_on_exit: bool = False
     kubeconfig: str | None = None
     kube_context: str | None = None
