@@ -1,11 +1,22 @@
-"""Submit → spoke-accepted latency of the embedded federation.
+"""Submit → RUNNING latency and CPU cost of the embedded federation.
 
-Starts NATS, the hub and three spokes as separate processes (as `gpufed up` does), submits
-`--count` one-GPU workloads over NATS request/reply at a fixed `--rate`, and times each from the
-moment its submission is sent to the moment its spoke reports it RUNNING (the spoke publishes
-that once the process has started, then acks the Place command). Prints one JSON object.
+Starts NATS, the hub and three spokes as separate processes (as `gpufed up` does) and prints
+JSON (never asserts a time):
 
-    .venv/bin/python bench/e2e_latency.py --rate 200 --count 2000
+- `--rate R --count C`: submits C one-GPU workloads over NATS request/reply at R per second and
+  times each from the moment its submission is sent to the moment its spoke reports it RUNNING
+  (the spoke publishes that once the process has started). Also prints the CPU milliseconds
+  per placed workload of the hub, each spoke agent (its own, not its children's) and
+  nats-server, from psutil.
+- `--sweep`: runs of `--sweep-seconds` each at 50, 100, 200, ... per second until p99 reaches
+  50 ms (or a submission is lost), then bisects; prints every step and `max_sustainable_rate`.
+  `--plot FILE.png` draws p99 against rate from the steps.
+- `--bulk N`: submits N workloads in batches (`submit_batch`, 1,000 per batch) and prints
+  `all_running_s`, from the first submission to the last workload RUNNING on its spoke.
+
+    .venv/bin/python bench/e2e_latency.py --rate 400 --count 12000
+    .venv/bin/python bench/e2e_latency.py --sweep --plot docs/e2e_p99_by_rate.png
+    .venv/bin/python bench/e2e_latency.py --bulk 10000
 """
 
 from __future__ import annotations
@@ -13,52 +24,96 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from bus.client import Bus, BusSettings
+import nats.errors
+import psutil
+
+from bus.client import Bus
 from gpufed.up import Federation, SimSpoke
-from schemas import SubmitReply, WorkloadEvent, subjects
+from schemas import SubmitBatchReply, SubmitReply, subjects
 
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=8, gpus=8, model="H100"),
     SimSpoke("eu-2", "eu", nodes=8, gpus=8, model="A100"),
     SimSpoke("us-1", "us", nodes=8, gpus=8, model="L4"),
 )
+SPEC = {"name": "bench", "team": "bench", "command": ["true"]}
+#: The sweep's bar: a rate is sustained when p99 stays under this and nothing is lost.
+P99_LIMIT_MS = 50.0
+BULK_BATCH = 1000
 
 
-async def measure(
-    settings: BusSettings, rate: float, count: int, settle_s: float
-) -> dict[str, object]:
-    bus = Bus(settings)
-    await bus.connect()
+class Probe:
+    """CPU seconds (user + system, children excluded) of the federation's processes."""
+
+    def __init__(self, fed: Federation) -> None:
+        pids = {name: proc.pid for name, proc in fed.procs.items()}
+        if fed.nats.pid is not None:
+            pids["nats-server"] = fed.nats.pid
+        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+
+    def sample(self) -> dict[str, float]:
+        out = {}
+        for name, proc in self.procs.items():
+            times = proc.cpu_times()
+            out[name] = times.user + times.system
+        return out
+
+
+class Watcher:
+    """Listens to every spoke's events and notes when each workload first ran."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.running_at: dict[str, float] = {}
+        self.spoke_of: dict[str, str] = {}
+
+    async def start(self) -> None:
+        await self.bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=self._on_event)
+
+    async def _on_event(self, msg: Any) -> None:
+        event = json.loads(msg.data)
+        if event.get("phase") == "running" and event["workload_id"] not in self.running_at:
+            self.running_at[event["workload_id"]] = time.perf_counter()
+            self.spoke_of[event["workload_id"]] = event["spoke_id"]
+
+    async def wait_for(self, ids: set[str], settle_s: float) -> None:
+        deadline = time.perf_counter() + settle_s
+        while not ids <= self.running_at.keys() and time.perf_counter() < deadline:
+            await asyncio.sleep(0.05)
+
+
+async def run_rate(
+    bus: Bus, watcher: Watcher, probe: Probe, rate: float, count: int, settle_s: float
+) -> dict[str, Any]:
     sent_at: dict[str, float] = {}
-    accepted_at: dict[str, float] = {}
-
-    async def on_event(msg: object) -> None:
-        event = WorkloadEvent.model_validate_json(msg.data)  # type: ignore[attr-defined]
-        if event.phase == "running" and event.workload_id not in accepted_at:
-            accepted_at[event.workload_id] = time.perf_counter()
-
-    await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
-    spec = {"name": "bench", "team": "bench", "command": ["true"]}
-    payload = json.dumps(spec).encode()
+    payload = json.dumps(SPEC).encode()
     errors = 0
 
     async def submit_one() -> None:
         nonlocal errors
         t = time.perf_counter()
-        reply = SubmitReply.model_validate_json(
-            (await bus.nc.request(subjects.SUBMIT, payload, 10)).data
-        )
+        try:
+            reply = SubmitReply.model_validate_json(
+                (await bus.nc.request(subjects.SUBMIT, payload, 10)).data
+            )
+        except (TimeoutError, nats.errors.Error):
+            errors += 1
+            return
         if reply.ok and reply.workload_id:
             sent_at[reply.workload_id] = t
         else:
             errors += 1
 
+    cpu_before = probe.sample()
     start = time.perf_counter()
     tasks = []
     for i in range(count):
@@ -66,44 +121,180 @@ async def measure(
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(submit_one()))
-        if i and i % max(1, count // 10) == 0:
-            print(f"submitted {i}/{count}", file=sys.stderr, flush=True)
     await asyncio.gather(*tasks)
     achieved = count / (time.perf_counter() - start)
-    deadline = time.perf_counter() + settle_s
-    while len(accepted_at.keys() & sent_at.keys()) < len(sent_at):
-        if time.perf_counter() > deadline:
-            break
-        await asyncio.sleep(0.05)
-    await bus.close()
-    latencies = sorted((accepted_at[w] - sent_at[w]) * 1000 for w in sent_at if w in accepted_at)
+    await watcher.wait_for(set(sent_at), settle_s)
+    cpu_after = probe.sample()
+    running_at = watcher.running_at
+    latencies = sorted((running_at[w] - sent_at[w]) * 1000 for w in sent_at if w in running_at)
+    placed = len(latencies)
     return {
+        "rate_asked_per_s": rate,
+        "count": count,
         "submitted": len(sent_at),
-        "placed": len(latencies),
+        "placed": placed,
         "rate_per_s": round(achieved, 1),
         "p50_ms": round(statistics.median(latencies), 2) if latencies else None,
-        "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))], 2) if latencies else None,
+        "p99_ms": round(latencies[int(0.99 * (placed - 1))], 2) if latencies else None,
         "max_ms": round(latencies[-1], 2) if latencies else None,
         "submit_errors": errors,
+        **cpu_figures(
+            cpu_before, cpu_after, [watcher.spoke_of[w] for w in sent_at if w in running_at]
+        ),
     }
 
 
+def cpu_figures(
+    before: dict[str, float], after: dict[str, float], spokes: list[str]
+) -> dict[str, Any]:
+    """CPU ms per workload: of each process over all workloads placed, and of each spoke
+    agent over the workloads it ran."""
+    used = {name: (after[name] - before[name]) * 1000 for name in before}
+    ran = Counter(spokes)
+    return {
+        "cpu_ms_per_workload": {
+            name: round(ms / max(1, len(spokes)), 3) for name, ms in used.items()
+        },
+        "spoke_cpu_ms_per_own_workload": {
+            name: round(used[name] / count, 3) for name, count in ran.items() if name in used
+        },
+    }
+
+
+def sustained(step: dict[str, Any]) -> bool:
+    return (
+        step["submit_errors"] == 0
+        and step["placed"] == step["count"]
+        and step["p99_ms"] is not None
+        and step["p99_ms"] < P99_LIMIT_MS
+    )
+
+
+async def sweep(
+    bus: Bus, watcher: Watcher, probe: Probe, seconds: float, settle_s: float
+) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+
+    async def at(rate: float) -> bool:
+        step = await run_rate(bus, watcher, probe, rate, max(1, int(rate * seconds)), settle_s)
+        steps.append(step)
+        print(json.dumps(step), file=sys.stderr, flush=True)
+        return sustained(step)
+
+    good, bad, rate = 0.0, None, 50.0
+    while bad is None and rate <= 6400:
+        if await at(rate):
+            good, rate = rate, rate * 2
+        else:
+            bad = rate
+    if bad is not None:
+        for _ in range(3):
+            mid = round((good + bad) / 2)
+            if mid in (good, bad):
+                break
+            if await at(mid):
+                good = mid
+            else:
+                bad = mid
+    return {
+        "max_sustainable_rate": good,
+        "p99_limit_ms": P99_LIMIT_MS,
+        "seconds_per_step": seconds,
+        "steps": steps,
+    }
+
+
+async def bulk(bus: Bus, watcher: Watcher, probe: Probe, n: int, settle_s: float) -> dict[str, Any]:
+    ids: set[str] = set()
+    refused = 0
+    cpu_before = probe.sample()
+    start = time.perf_counter()
+    for first in range(0, n, BULK_BATCH):
+        size = min(BULK_BATCH, n - first)
+        payload = json.dumps([SPEC] * size).encode()
+        reply = SubmitBatchReply.model_validate_json(
+            (await bus.nc.request(subjects.SUBMIT_BATCH, payload, 30)).data
+        )
+        refused += reply.refused + (size if reply.error else 0)
+        ids.update(r.workload_id for r in reply.results if r.ok and r.workload_id)
+    submitted_s = time.perf_counter() - start
+    await watcher.wait_for(ids, settle_s)
+    cpu_after = probe.sample()
+    ran = [watcher.running_at[w] for w in ids if w in watcher.running_at]
+    return {
+        "bulk": n,
+        "accepted": len(ids),
+        "refused": refused,
+        "running": len(ran),
+        "submit_s": round(submitted_s, 2),
+        "all_running_s": round(max(ran) - start, 2) if len(ran) == len(ids) and ran else None,
+        **cpu_figures(
+            cpu_before, cpu_after, [watcher.spoke_of[w] for w in ids if w in watcher.running_at]
+        ),
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted(result["steps"], key=lambda s: s["rate_asked_per_s"])
+    rates = [s["rate_asked_per_s"] for s in steps]
+    p99 = [s["p99_ms"] or float("nan") for s in steps]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(rates, p99, marker="o")
+    ax.axhline(P99_LIMIT_MS, color="grey", linestyle="--", label=f"{P99_LIMIT_MS:g} ms")
+    ax.set_xlabel("submissions per second")
+    ax.set_ylabel("p99 submit → running (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"embedded federation, {os.cpu_count()} cores")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+async def measure(fed: Federation, args: argparse.Namespace) -> dict[str, Any]:
+    bus = Bus(fed.client_settings("bench"))
+    await bus.connect()
+    watcher = Watcher(bus)
+    await watcher.start()
+    probe = Probe(fed)
+    try:
+        if args.bulk:
+            result = await bulk(bus, watcher, probe, args.bulk, args.settle)
+        elif args.sweep:
+            result = await sweep(bus, watcher, probe, args.sweep_seconds, args.settle)
+        else:
+            result = await run_rate(bus, watcher, probe, args.rate, args.count, args.settle)
+    finally:
+        await bus.close()
+    result["load_average_1m"] = round(os.getloadavg()[0], 2)
+    result["cpus"] = os.cpu_count()
+    return result
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0, help="submissions per second")
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--settle", type=float, default=30.0, help="seconds to wait at the end")
+    parser.add_argument("--sweep", action="store_true", help="find the highest sustained rate")
+    parser.add_argument("--sweep-seconds", type=float, default=10.0, help="length of a step")
+    parser.add_argument("--plot", type=Path, help="with --sweep: PNG of p99 against rate")
+    parser.add_argument("--bulk", type=int, default=0, help="submit this many in batches")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
         fed = Federation(Path(tmp), api_port=0, fleet=FLEET)
         try:
             print("starting the embedded federation", file=sys.stderr, flush=True)
             fed.start()
-            result = asyncio.run(
-                measure(fed.client_settings("bench"), args.rate, args.count, args.settle)
-            )
+            result = asyncio.run(measure(fed, args))
         finally:
             fed.stop()
+    if args.plot and "steps" in result:
+        plot(result, args.plot)
     print(json.dumps(result))
 
 
