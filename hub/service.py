@@ -241,7 +241,10 @@ class HubService:
                 field="priority_class",
             )
         now = self.clock()
-        record = WorkloadRecord(id=new_workload_id(), spec=spec, submitted_at=now)
+        workload_id = new_workload_id()
+        while workload_id in self.workloads:  # never one id for two workloads
+            workload_id = new_workload_id()
+        record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now)
         record.note(now, "submitted")
         return record
 
@@ -370,18 +373,17 @@ class HubService:
     async def _cycle_loop(self, stop: asyncio.Event) -> None:
         wakeup = self.state.wakeup
         loop = asyncio.get_running_loop()
-        last = 0.0
+        earliest = 0.0
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), timeout=self._until_next_cycle())
-            # Debounced, and no closer to the last cycle than cycle_interval_s: under load a
-            # cycle takes what arrived meanwhile, and its fixed cost is shared among them.
-            wait = max(
-                self.settings.debounce_s, last + self.settings.cycle_interval_s - loop.time()
-            )
+            # Debounced, and no sooner after the last cycle's start than cycle_interval_s or
+            # twice what that cycle took: under load a cycle takes all that arrived meanwhile,
+            # its fixed cost is shared among them, and planning holds at most half the hub.
+            wait = max(self.settings.debounce_s, earliest - loop.time())
             if wait > 0:
                 await asyncio.sleep(wait)
-            last = loop.time()
+            started = loop.time()
             wakeup.clear()
             try:
                 await self.check_leases()
@@ -389,6 +391,8 @@ class HubService:
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)
+            took = loop.time() - started
+            earliest = started + max(self.settings.cycle_interval_s, 2 * took)
 
     def _until_next_cycle(self) -> float:
         """Seconds to wait for a trigger: a tick, or less when a policy window starts or ends
