@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -75,6 +76,7 @@ class Watcher:
         self.bus = bus
         self.running_at: dict[str, float] = {}
         self.spoke_of: dict[str, str] = {}
+        self.changed = asyncio.Event()
 
     async def start(self) -> None:
         await self.bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=self._on_event)
@@ -84,11 +86,14 @@ class Watcher:
         if event.get("phase") == "running" and event["workload_id"] not in self.running_at:
             self.running_at[event["workload_id"]] = time.perf_counter()
             self.spoke_of[event["workload_id"]] = event["spoke_id"]
+            self.changed.set()
 
     async def wait_for(self, ids: set[str], settle_s: float) -> None:
         deadline = time.perf_counter() + settle_s
         while not ids <= self.running_at.keys() and time.perf_counter() < deadline:
-            await asyncio.sleep(0.05)
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 0.05)
 
 
 async def run_rate(
