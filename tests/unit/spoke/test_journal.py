@@ -6,6 +6,7 @@ here a "crash" is opening the journal again without closing it, as a new process
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +63,7 @@ def test_a_restarted_spoke_remembers_its_allocations_and_the_events_it_owes(
     journal.queue_event(ended)
     journal.ended("w2", 3)
     journal.delivered(running.event_id)
+    journal.flush()  # the agent flushes before anything it journalled leaves the process
 
     again = Journal(path)  # the process died; a new one opens the same file
     try:
@@ -117,7 +119,8 @@ def test_a_full_outbox_refuses_and_counts_instead_of_growing(path: Path, clock: 
     small = Journal(path, max_outbox=2)
     try:
         kept = [small.queue_event(event(clock, f"w{n}", EventPhase.RUNNING)) for n in range(3)]
-        assert kept == [True, True, False]
+        assert [k is not None for k in kept] == [True, True, False]
+        assert json.loads(kept[0] or b"")["workload_id"] == "w0"  # the JSON the hub is sent
         assert len(small.state.outbox) == 2
         assert small.dropped == 1
     finally:
