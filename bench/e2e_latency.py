@@ -10,7 +10,8 @@ JSON (never asserts a time):
   nats-server, from psutil.
 - `--sweep`: runs of `--sweep-seconds` each at 50, 100, 200, ... per second until p99 reaches
   50 ms (or a submission is lost), then bisects; prints every step and `max_sustainable_rate`.
-  `--plot FILE.png` draws p99 against rate from the steps.
+  `--rates 50,100,200,400` runs those rates instead; `--plot FILE.png` draws p99 against rate
+  from the steps of either.
 - `--bulk N`: submits N workloads in batches (`submit_batch`, 1,000 per batch) and prints
   `all_running_s`, from the first submission to the last workload RUNNING on its spoke.
 
@@ -239,20 +240,24 @@ async def bulk(bus: Bus, watcher: Watcher, probe: Probe, n: int, settle_s: float
     }
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def plot(series: dict[str, dict[str, Any]], path: Path) -> None:
+    """p99 against rate, one line per labelled result (each with `steps`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = sorted(result["steps"], key=lambda s: s["rate_asked_per_s"])
-    rates = [s["rate_asked_per_s"] for s in steps]
-    p99 = [s["p99_ms"] or float("nan") for s in steps]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(rates, p99, marker="o")
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, result in series.items():
+        steps = sorted(result["steps"], key=lambda s: s["rate_asked_per_s"])
+        rates = [s["rate_asked_per_s"] for s in steps]
+        p99 = [s["p99_ms"] or float("nan") for s in steps]
+        load = result.get("load_average_1m")
+        ax.plot(rates, p99, marker="o", label=f"{label} (load {load})" if load else label)
     ax.axhline(P99_LIMIT_MS, color="grey", linestyle="--", label=f"{P99_LIMIT_MS:g} ms")
     ax.set_xlabel("submissions per second")
     ax.set_ylabel("p99 submit → running (ms)")
+    ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_title(f"embedded federation, {os.cpu_count()} cores")
     ax.legend()
@@ -269,6 +274,13 @@ async def measure(fed: Federation, args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.bulk:
             result = await bulk(bus, watcher, probe, args.bulk, args.settle)
+        elif args.rates:
+            steps = []
+            for rate in args.rates:
+                count = max(1, int(rate * args.sweep_seconds))
+                steps.append(await run_rate(bus, watcher, probe, rate, count, args.settle))
+                print(json.dumps(steps[-1]), file=sys.stderr, flush=True)
+            result = {"seconds_per_step": args.sweep_seconds, "steps": steps}
         elif args.sweep:
             result = await sweep(bus, watcher, probe, args.sweep_seconds, args.settle)
         else:
@@ -287,9 +299,27 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=30.0, help="seconds to wait at the end")
     parser.add_argument("--sweep", action="store_true", help="find the highest sustained rate")
     parser.add_argument("--sweep-seconds", type=float, default=10.0, help="length of a step")
-    parser.add_argument("--plot", type=Path, help="with --sweep: PNG of p99 against rate")
+    parser.add_argument(
+        "--rates",
+        type=lambda text: [float(r) for r in text.split(",")],
+        help="comma-separated rates to run, --sweep-seconds each (for a plot)",
+    )
+    parser.add_argument("--plot", type=Path, help="with --sweep/--rates: PNG of p99 by rate")
     parser.add_argument("--bulk", type=int, default=0, help="submit this many in batches")
+    parser.add_argument(
+        "--replot",
+        nargs="+",
+        metavar="LABEL=RESULT.json",
+        help="with --plot: draw saved --sweep/--rates results instead of running",
+    )
     args = parser.parse_args()
+    if args.replot:
+        series = {}
+        for item in args.replot:
+            label, _, file = item.partition("=")
+            series[label] = json.loads(Path(file).read_text().splitlines()[-1])
+        plot(series, args.plot or Path("e2e_p99_by_rate.png"))
+        return
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
         fed = Federation(Path(tmp), api_port=0, fleet=FLEET)
         try:
@@ -299,7 +329,7 @@ def main() -> None:
         finally:
             fed.stop()
     if args.plot and "steps" in result:
-        plot(result, args.plot)
+        plot({"this commit": result}, args.plot)
     print(json.dumps(result))
 
 
