@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from bus.client import Bus, BusSettings
-from bus.natsserver import EmbeddedNats
+from bus.client import Bus
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, subjects
 from tests.integration.fed import InProcessFederation, nodes
 
@@ -58,11 +57,11 @@ async def test_rest_batch_over_the_limit_is_refused_whole(fed: InProcessFederati
 
 
 async def test_nats_batch_of_the_largest_size_is_stored_and_runs(
-    fed: InProcessFederation, nats_server: EmbeddedNats
+    fed: InProcessFederation,
 ) -> None:
     hub = await fed.start_hub()
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 2, 8, "H100"))
-    bus = Bus(BusSettings(url=nats_server.url))
+    bus = Bus(fed.tool_settings())
     await bus.connect()
     try:
         spec = {"name": "b", "team": "vision", "command": ["true"]}
