@@ -66,9 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--kind", choices=["onprem", "cloud"], default="onprem")
     _add_nats_flags(spoke)
     spoke.add_argument(
-        "--inventory", default="nvml", help="static:FILE (simulated GPUs), nvml or kubernetes"
+        "--inventory",
+        default="nvml",
+        help="static:FILE (simulated GPUs), nvml, kubernetes or slurm",
     )
-    spoke.add_argument("--runtime", choices=["local", "kubernetes"], default="local")
+    spoke.add_argument("--runtime", choices=["local", "kubernetes", "slurm"], default="local")
     spoke.add_argument("--state-dir", type=Path, default=Path(".gpufed/spokes"))
     spoke.add_argument("--heartbeat", type=float, default=2.0, help="seconds between reports")
     spoke.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
@@ -87,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
+    spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
+    spoke.add_argument("--slurm-account", default=None, help="Slurm account of the jobs")
+    spoke.add_argument("--slurm-qos", default=None, help="Slurm QOS of the jobs")
     spoke.set_defaults(func=_spoke)
 
     from gpufed import commands
@@ -173,6 +178,9 @@ def _spoke(args: argparse.Namespace) -> int:
             journal_fsync=args.journal_fsync,
             kubeconfig=args.kubeconfig,
             kube_context=args.context,
+            slurm_partition=args.slurm_partition,
+            slurm_account=args.slurm_account,
+            slurm_qos=args.slurm_qos,
         )
         asyncio.run(serve_spoke(settings))
     except (SpokeError, ValidationError, ValueError) as exc:

@@ -35,6 +35,11 @@ class SpokeSettings(BaseModel):
     stop_workloads_on_exit: bool = False
     kubeconfig: str | None = None
     kube_context: str | None = None
+    # Slurm: the partition this spoke offers and submits to, and the account and QOS its jobs
+    # run under (None: the cluster's defaults).
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
 
     @property
     def workdir(self) -> Path:

@@ -18,6 +18,7 @@ _TESTS = Path(__file__).parent
 MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "integration": ("integration",),
     "kubernetes": ("kubernetes", "integration"),  # against the Kubernetes API emulator
+    "slurm": ("slurm",),  # tests/slurm: real munged, slurmctld and slurmd (root); unit: parsers
     "burst": ("burst",),
     "faults": ("faults",),
     "windows": ("windows",),  # time windows in the policy

@@ -55,7 +55,7 @@ async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None
 
 
 def make_inventory(settings: SpokeSettings, api_client: Any = None) -> Inventory:
-    """`static:FILE`, `nvml` or `kubernetes`."""
+    """`static:FILE`, `nvml`, `kubernetes` or `slurm`."""
     kind, _, arg = settings.inventory.partition(":")
     if kind == "static":
         from spoke.inventory.static import StaticInventory
@@ -71,8 +71,13 @@ def make_inventory(settings: SpokeSettings, api_client: Any = None) -> Inventory
         from spoke.inventory.kubernetes import KubernetesInventory
 
         return KubernetesInventory(api_client or _api_client(settings))
+    if kind == "slurm":
+        from spoke.inventory.slurm import SlurmInventory
+        from spoke.slurm import SlurmCli
+
+        return SlurmInventory(SlurmCli(), settings.id, settings.slurm_partition)
     raise PermanentSpokeError(
-        f"unknown inventory {settings.inventory!r}: use static:FILE, nvml or kubernetes"
+        f"unknown inventory {settings.inventory!r}: use static:FILE, nvml, kubernetes or slurm"
     )
 
 
@@ -92,7 +97,16 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
             return KubernetesRuntime(client, sink, settings.id)
 
         return build
-    raise PermanentSpokeError(f"unknown runtime {settings.runtime!r}: use local or kubernetes")
+    if settings.runtime == "slurm":
+        from spoke.runtime.slurm import SiteOptions, SlurmRuntime
+        from spoke.slurm import SlurmCli
+
+        site = SiteOptions(settings.slurm_partition, settings.slurm_account, settings.slurm_qos)
+        cli, logs = SlurmCli(), settings.workdir / "logs"
+        return lambda sink: SlurmRuntime(cli, sink, settings.id, logs, site=site)
+    raise PermanentSpokeError(
+        f"unknown runtime {settings.runtime!r}: use local, kubernetes or slurm"
+    )
 
 
 def _api_client(settings: SpokeSettings) -> Any:
