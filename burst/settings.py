@@ -82,6 +82,10 @@ class BurstSettings(BaseModel):
         description="A cloud spoke silent this long counts as idle since it was last heard.",
     )
     state_timeout_s: float = Field(default=2.0, gt=0, description="Wait for the hub's state.")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus metrics here (None: off)."
+    )
+    metrics_host: str = "127.0.0.1"
 
     # --- local provider: cloud spokes as processes on this machine ---
     state_dir: Path = Path(".gpufed/burst")

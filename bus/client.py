@@ -87,6 +87,7 @@ class Bus:
         self.connected = asyncio.Event()
         self.reconnected = asyncio.Event()  # set on every reconnect; whoever reacts clears it
         self._creds_watch: asyncio.Task[None] | None = None
+        self.reconnects = 0  # since this process started (exported as a metric)
 
     @property
     def nc(self) -> Client:
@@ -340,6 +341,7 @@ class Bus:
 
     async def _on_reconnect(self) -> None:
         self.connected.set()
+        self.reconnects += 1
         self.reconnected.set()
         log.info("nats_reconnected", url=mask_url(self.settings.url))
 

@@ -70,5 +70,7 @@ def spoke_permissions(spoke_id: str) -> Permissions:
             f"{_JS}.CONSUMER.MSG.NEXT.{_COMMANDS}.{consumer}",
             f"$JS.ACK.{_COMMANDS}.{consumer}.>",
         ),
-        sub_allow=(f"{inbox_prefix(spoke_id)}.>",),
+        # Its own log subject: the hub asks it for a workload's log and it answers once.
+        sub_allow=(f"{inbox_prefix(spoke_id)}.>", f"{subjects.PREFIX}.spoke.{spoke_id}.logs"),
+        responses=True,
     )

@@ -61,6 +61,8 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--tick", type=float, help="s between planning rounds (2)")
     p.add_argument("--id-prefix", help="start of burst ids; stable per deployment (burst)")
     p.add_argument("--catalog", type=Path, help="instance catalog YAML (default: shipped one)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--metrics-host", help="address of the metrics server (127.0.0.1)")
 
     policy = p.add_argument_group("policy (times in seconds)")
     policy.add_argument("--burst-after", type=float, help="demand age before bursting (60)")

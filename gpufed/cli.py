@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         help="fsync the spoke's journal before each message that depends on it (default: "
         "flushed to the OS, which survives the process but not the machine crashing)",
     )
+    spoke.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
+    )
+    spoke.add_argument("--metrics-host", default="127.0.0.1")
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
     spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
@@ -181,6 +185,8 @@ def _spoke(args: argparse.Namespace) -> int:
             slurm_partition=args.slurm_partition,
             slurm_account=args.slurm_account,
             slurm_qos=args.slurm_qos,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
         asyncio.run(serve_spoke(settings))
     except (SpokeError, ValidationError, ValueError) as exc:

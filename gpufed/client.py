@@ -49,8 +49,23 @@ class HubClient:
     def spokes(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/spokes")  # type: ignore[no-any-return]
 
-    def usage(self, since: float = 0.0) -> dict[str, Any]:
-        return self._call("GET", "/v1/usage", params={"since": since})  # type: ignore[no-any-return]
+    def usage(
+        self, since: float = 0.0, until: float | None = None, by: str = "team"
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"since": since, "by": by}
+        if until is not None:
+            params["until"] = until
+        return self._call("GET", "/v1/usage", params=params)  # type: ignore[no-any-return]
+
+    def log(self, workload_id: str, offset: int | None = None, max_bytes: int = 65536) -> Any:
+        """A chunk of the workload's log from its spoke: data, offset (next), size, eof."""
+        params: dict[str, Any] = {"max_bytes": max_bytes}
+        if offset is not None:
+            params["offset"] = offset
+        return self._call("GET", f"/v1/workloads/{workload_id}/log", params=params)
+
+    def teams(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/teams")  # type: ignore[no-any-return]
 
     def policy(self) -> dict[str, Any]:
         return self._call("GET", "/v1/policy")  # type: ignore[no-any-return]

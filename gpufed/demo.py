@@ -123,10 +123,11 @@ def _burst_summary(client: HubClient) -> None:
             f"{i['burst_id']:30} {i['instance_type']:14} {i['market']:10} {i['team']:8} "
             f"{i['state']}"
         )
-    usage = client.usage()["teams"]
-    cost = sum(t["cloud_cost"] for t in usage.values())
-    cloud_hours = sum(t["gpu_hours_cloud"] for t in usage.values())
-    print(f"cloud: {cloud_hours * 3600:.1f} GPU-seconds, ${cost:.4f} attributed to workloads\n")
+    totals = client.usage()["totals"]
+    print(
+        f"cloud: {totals['gpu_hours_cloud'] * 3600:.1f} GPU-seconds of work, "
+        f"${totals['cloud_cost']:.4f} billed for the instances (boot, idle and busy)\n"
+    )
 
 
 def _summary(records: list[dict[str, Any]]) -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, TypeAdapter
 
 import schemas
 from schemas.commands import Command
+from schemas.logs import LogReply, LogRequest
 from schemas.workloads import Affinity
 
 MODELS: dict[str, type[BaseModel]] = {
@@ -22,6 +23,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "CancelCommand": schemas.CancelCommand,
     "PreemptCommand": schemas.PreemptCommand,
     "WorkloadEvent": schemas.WorkloadEvent,
+    "LogRequest": LogRequest,
+    "LogReply": LogReply,
 }
 
 

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from hub.console import mount_console
 from hub.errors import (
     Conflict,
     Forbidden,
@@ -20,6 +21,7 @@ from hub.errors import (
     Unavailable,
 )
 from hub.handlers import validation_error
+from hub.observeapi import add_observability_routes
 from hub.policyfile import policy_to_dict
 from hub.records import WorkloadRecord
 from hub.service import HubService
@@ -60,9 +62,10 @@ def create_app(hub: HubService) -> FastAPI:
         try:
             spec = WorkloadSpec.model_validate(data)
         except ValidationError as exc:
+            hub.metrics.rejections.labels("submit").inc()
             return _error(422, validation_error(exc))
         record = await hub.submit(spec)
-        return JSONResponse(status_code=201, content=_workload_json(record))
+        return JSONResponse(status_code=201, content=_workload_json(hub, record))
 
     @app.post("/v1/workloads:batch")
     async def submit_batch(request: Request) -> Any:
@@ -93,24 +96,20 @@ def create_app(hub: HubService) -> FastAPI:
                     f"unknown phase {name!r} (known: {known})", field="phase"
                 ) from None
         records = await hub.find_workloads(team=team, phases=phases, limit=limit)
-        return [_workload_json(r) for r in records]
+        return [_workload_json(hub, r) for r in records]
 
     @app.get("/v1/workloads/{workload_id}")
     async def get_workload(workload_id: str) -> Any:
-        return _workload_json(await hub.get_workload(workload_id))
+        return _workload_json(hub, await hub.get_workload(workload_id))
 
     @app.delete("/v1/workloads/{workload_id}", status_code=202)
     async def cancel(workload_id: str) -> Any:
-        return _workload_json(await hub.cancel(workload_id))
+        return _workload_json(hub, await hub.cancel(workload_id))
 
     @app.get("/v1/spokes")
     async def spokes() -> Any:
         now = hub.clock()
         return [_spoke_json(hub, sid, now) for sid in sorted(hub.spokes)]
-
-    @app.get("/v1/usage")
-    async def usage(since: float = 0.0) -> Any:
-        return await hub.usage(since)
 
     @app.get("/v1/burst/instances")
     async def burst_instances() -> Any:
@@ -137,6 +136,8 @@ def create_app(hub: HubService) -> FastAPI:
     async def health() -> Any:
         return hub.health()
 
+    add_observability_routes(app, hub)
+    mount_console(app)
     return app
 
 
@@ -145,8 +146,10 @@ def _error(status: int, error: ErrorReply) -> JSONResponse:
     return JSONResponse(status_code=status, content=body)
 
 
-def _workload_json(record: WorkloadRecord) -> dict[str, Any]:
+def _workload_json(hub: HubService, record: WorkloadRecord) -> dict[str, Any]:
     data = record.model_dump(mode="json")
+    data["priority"] = hub.policy.priority(record.spec.priority_class)
+    data["position"] = hub.positions.get(record.id) if record.phase == Phase.QUEUED else None
     data["wait_s"] = (
         None if record.started_at is None else round(record.started_at - record.submitted_at, 3)
     )

@@ -36,12 +36,15 @@ class Cycle:
             now = state.clock()
             pending, running = self._views()
             if not pending:
+                state.positions = {}
                 await self.publisher.publish_demand(Plan(), {}, now)
                 return Plan()
             result = plan_placement(
                 self.snapshot(now, running), pending, running, state.policy_at(now), now
             )
             changed, decisions = self._apply(result, now)
+            # The plan lists what it left out in the order it looked at them: the queue order.
+            state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
             if changed or decisions:
                 await state.db(state.store.save, changed, decisions)
             await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
@@ -126,6 +129,7 @@ class Cycle:
             self.state.claims.discard(placement.workload_id)
             w = workloads[placement.workload_id]
             transitions.place(w, placement.spoke_id, placement.assignments, now)
+            self.state.metrics.placements.inc()
             command = PlaceCommand(
                 decision_id=decision_id(w.id, w.epoch, "place"),
                 workload_id=w.id,
@@ -140,6 +144,7 @@ class Cycle:
             if w.preempting:
                 continue
             transitions.mark_preempting(w, preemption.for_workload or None, preemption.reason, now)
+            self.state.metrics.preemptions.inc()
             preempt = PreemptCommand(
                 decision_id=decision_id(w.id, w.epoch, "preempt"),
                 workload_id=w.id,

@@ -23,11 +23,13 @@ from hub.errors import HubError
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
+from hub.usage import accrue_bill
 from schemas import (
     MAX_BATCH,
     CapacityReport,
     ErrorReply,
     EventPhase,
+    Phase,
     SubmitBatchReply,
     SubmitReply,
     SyncReply,
@@ -82,10 +84,12 @@ class Handlers:
             reply = SubmitReply(ok=True, workload_id=record.id)
         except ValidationError as exc:
             self.state.counters["submit_invalid"] += 1
+            self.state.metrics.rejections.labels("submit").inc()
             reply = SubmitReply(ok=False, error=validation_error(exc))
         except HubError as exc:
             if not exc.retryable:
                 self.state.counters["submit_invalid"] += 1
+                self.state.metrics.rejections.labels("submit").inc()
             reply = SubmitReply(ok=False, error=exc.reply())
         except Exception:
             log.exception("submit_failed")
@@ -166,7 +170,7 @@ class Handlers:
             self._malformed(msg, exc)
             return
         if subjects.spoke_from_subject(msg.subject) != report.spoke_id:
-            self._malformed(msg, ValueError("spoke_id does not match the subject"))
+            self._malformed(msg, ValueError("spoke_id does not match the subject"), "forged")
             return
         state = self.state
         forged = forged_burst_labels(report, state.instances.get(report.spoke_id))
@@ -214,8 +218,13 @@ class Handlers:
             self._malformed(msg, exc)
             await msg.ack()
             return
-        await self.state.db(self.state.store.save_instance, event)
-        self.state.instances[event.burst_id] = event
+        state = self.state
+        bill = accrue_bill(state.bills.get(event.burst_id), event)
+        await state.db(state.store.save_instance, event)
+        if bill != state.bills.get(event.burst_id):
+            await state.db(state.store.save_bill, bill)
+        state.instances[event.burst_id] = event
+        state.bills[event.burst_id] = bill
         await msg.ack()
         log.info(
             "burst_instance",
@@ -237,9 +246,9 @@ class Handlers:
         try:
             request = SyncRequest.model_validate_json(msg.data)
             if subjects.spoke_from_subject(msg.subject) != request.spoke_id:
-                raise ValueError("spoke_id does not match the subject")
+                raise _Forged("spoke_id does not match the subject")
         except (ValidationError, ValueError) as exc:
-            self._malformed(msg, exc)
+            self._malformed(msg, exc, "forged" if isinstance(exc, _Forged) else "malformed")
             if msg.reply:
                 await msg.respond(SyncReply().model_dump_json().encode())
             return
@@ -271,6 +280,7 @@ class Handlers:
                 if record is None or live is None or event.epoch != live.epoch:
                     # Fencing: an event of an attempt that is not the live one changes nothing.
                     state.counters["events_stale"] += 1
+                    state.metrics.dropped.labels("stale").inc()
                     log.info(
                         "event_ignored",
                         workload=event.workload_id,
@@ -297,9 +307,12 @@ class Handlers:
             if not lifecycle.allows(w.phase, Event.START):
                 return False  # a repeat, or the end overtook it
             transitions.start(w, now)
+            waited = max(0.0, now - queued_since(w))
+            self.state.metrics.queue_wait.labels(w.spec.priority_class).observe(waited)
             return True
         reason = lifecycle.REPORTED_ENDS[event.phase]
         ended = transitions.end(w, reason, now, event.message or event.reason, event.exit_code)
+        self.state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
         # The spoke frees devices before it reports the end: its last report may list them.
         self.state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)
         claimant = lifecycle.freed_for(ended)
@@ -307,9 +320,22 @@ class Handlers:
             self.state.claims.add(claimant)
         return True
 
-    def _malformed(self, msg: Msg, exc: Exception) -> None:
+    def _malformed(self, msg: Msg, exc: Exception, why: str = "malformed") -> None:
         self.state.counters["malformed"] += 1
-        log.warning("malformed_message", subject=msg.subject, error=str(exc)[:500])
+        self.state.metrics.dropped.labels(why).inc()
+        log.warning("malformed_message", subject=msg.subject, why=why, error=str(exc)[:500])
+
+
+class _Forged(ValueError):
+    """A message whose claimed identity does not match the subject it came on."""
+
+
+def queued_since(w: WorkloadRecord) -> float:
+    """When the workload last entered the queue (submitted, or requeued after a run)."""
+    for entry in reversed(w.history):
+        if entry.event in ("submitted", "requeued"):
+            return entry.at
+    return w.submitted_at
 
 
 def validation_error(exc: ValidationError) -> ErrorReply:

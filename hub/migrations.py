@@ -449,6 +449,48 @@ def _attempt(epoch: int, spoke_id: str, placed_at: float) -> dict[str, Any]:
     }
 
 
+def _v6_instance_bills(conn: Connection) -> None:
+    """instance_bills: what each burst instance costs (requested, running, ended), per team."""
+    metadata = MetaData()
+    table = Table(
+        "instance_bills",
+        metadata,
+        Column("burst_id", String, primary_key=True),
+        Column("team", String, nullable=False),
+        Column("requested_at", Float, nullable=False),
+        Column("ended_at", Float, nullable=True),
+        Column("data", String, nullable=False),
+    )
+    table.create(conn)
+    Index("ix_instance_bills_requested_at", table.c.requested_at).create(conn)
+    # Instances recorded before bills existed: open a bill from their latest event (the time
+    # before it is unknown, so it is not billed).
+    old = Table("burst_instances", MetaData(), autoload_with=conn)
+    for row in conn.execute(select(old.c.data)).all():
+        event = json.loads(row.data)
+        ended = event["at"] if event["state"] in ("terminated", "failed") else None
+        bill = {
+            "burst_id": event["burst_id"],
+            "team": event["team"],
+            "spoke_id": event.get("spoke_id") or event["burst_id"],
+            "provider": event["provider"],
+            "instance_type": event["instance_type"],
+            "price_per_hour": event["price_per_hour"],
+            "requested_at": event["at"],
+            "running_at": event["at"] if event["state"] != "requested" else None,
+            "ended_at": ended,
+        }
+        conn.execute(
+            table.insert().values(
+                burst_id=bill["burst_id"],
+                team=bill["team"],
+                requested_at=bill["requested_at"],
+                ended_at=ended,
+                data=json.dumps(bill),
+            )
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "workloads, decisions and spokes", _v1_tables),
     Migration(
@@ -459,5 +501,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "burst_instances", _v3_burst_instances),
     Migration(4, "hub_settings", _v4_settings),
     Migration(5, "attempts (backfilled from workload history)", _v5_attempts),
+    Migration(6, "instance_bills", _v6_instance_bills),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

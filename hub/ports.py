@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from hub.usage import InstanceBill
 from schemas import Phase
 from schemas.burst import InstanceEvent
 
@@ -64,6 +65,12 @@ class Store(Protocol):
 
     def instances(self) -> list[InstanceEvent]:
         """The latest event of every burst instance ever recorded, oldest change first."""
+
+    def save_bill(self, bill: InstanceBill) -> None:
+        """Insert or update an instance's bill (idempotent: keyed by its burst id)."""
+
+    def bills(self) -> list[InstanceBill]:
+        """Every instance bill, oldest request first."""
 
     def save_spoke(self, spoke: SpokeRecord) -> None:
         """Insert or update a spoke (idempotent: keyed by its id)."""

@@ -12,7 +12,7 @@ from hub import transitions
 from hub.core.lifecycle import EndReason
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
-from schemas import RunningRef, SyncReply, SyncRequest
+from schemas import Phase, RunningRef, SyncReply, SyncRequest
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +87,7 @@ def _end_unreported(
     # The spoke did not report this end: its last report may still list the devices, which
     # the snapshot must not count twice (see hub.core.fleet).
     ended = transitions.end(w, reason, now, detail)
+    state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
     state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)
     if w.phase.terminal:
         state.forget(w.id)

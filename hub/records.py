@@ -31,6 +31,7 @@ class WorkloadRecord(BaseModel):
     phase: Phase = Phase.QUEUED
     attempts: tuple[Attempt, ...] = ()
     submitted_at: float
+    user: str = ""  # who submitted it, where the API knows (usage by user)
     finished_at: float | None = None
     reason: str = ""
     message: str = ""

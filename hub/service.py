@@ -32,13 +32,15 @@ from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.ids import decision_id, new_workload_id
 from hub.leases import Leases, SpokeStatus
+from hub.metrics import HubMetrics
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
 from hub.publishing import Publisher, decision
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.state import HubState
-from hub.usage import team_usage
+from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
+from hub.views import teams_view
 from schemas import (
     CancelCommand,
     CapacityReport,
@@ -86,6 +88,7 @@ class HubService:
         self._window: str | None = None  # the policy window last seen in force (for the log)
         self._to_commit: list[tuple[list[WorkloadRecord], asyncio.Future[None]]] = []
         self._committer: asyncio.Task[None] | None = None
+        self.state.metrics.bind(self)
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
@@ -114,6 +117,20 @@ class HubService:
     @property
     def instances(self) -> dict[str, InstanceEvent]:
         return self.state.instances
+
+    @property
+    def bills(self) -> dict[str, InstanceBill]:
+        """What each burst instance costs (`hub.usage`)."""
+        return self.state.bills
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Queued workloads' places in the last cycle's queue order."""
+        return self.state.positions
+
+    @property
+    def metrics(self) -> HubMetrics:
+        return self.state.metrics
 
     @property
     def counters(self) -> Counter[str]:
@@ -177,6 +194,7 @@ class HubService:
         state = self.state
         state.workloads = {w.id: w for w in await self.db(self.store.active)}
         state.instances = {i.burst_id: i for i in await self.db(self.store.instances)}
+        state.bills = {b.burst_id: b for b in await self.db(self.store.bills)}
         for spoke in await self.db(self.store.spokes):
             state.spokes[spoke.id] = spoke
             if spoke.report is not None:
@@ -346,10 +364,36 @@ class HubService:
         """Workloads of a team and phases (any if not given), newest first."""
         return await self.db(self.store.find, team=team, phases=phases, limit=max(1, limit))
 
-    async def usage(self, since: float = 0.0) -> dict[str, Any]:
-        """GPU-hours and cloud cost per team since `since` (see `hub.usage`)."""
+    async def usage(
+        self, since: float = 0.0, until: float | None = None, by: GroupBy = GroupBy.TEAM
+    ) -> dict[str, Any]:
+        """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`)."""
         records = await self.db(self.store.find, limit=1_000_000)
-        return team_usage(records, self.spokes, self.instances.values(), self.clock(), since)
+        now = self.clock()
+        return usage_report(
+            records, self.spokes, self.bills.values(), now, since=since, until=until, by=by
+        )
+
+    async def usage_series(self, since: float, step: float) -> dict[str, Any]:
+        """GPUs in use and cost per team in buckets of `step` seconds since `since`."""
+        records = await self.db(self.store.find, limit=1_000_000)
+        return usage_series(records, self.bills.values(), self.clock(), since=since, step=step)
+
+    def teams(self) -> list[dict[str, Any]]:
+        """Per team: guaranteed, used and borrowed GPUs, queued work, cost (`hub.views`)."""
+        return teams_view(
+            self.policy, self.workloads.values(), self.spokes, self.bills.values(), self.clock()
+        )
+
+    def lease_state(self, spoke: SpokeRecord, now: float) -> str:
+        """`ready`, `suspect` or `lost` (the metrics' label)."""
+        if spoke.lost_at is not None:
+            return "lost"
+        return self.leases.status(spoke, now).value
+
+    def nats_reconnects(self) -> int:
+        """Times the hub's NATS connection came back since start."""
+        return self.bus.reconnects
 
     def spoke_status(self, spoke: SpokeRecord, now: float) -> SpokeStatus:
         """Ready, suspect or lost."""
@@ -385,9 +429,11 @@ class HubService:
                 await asyncio.sleep(wait)
             started = loop.time()
             wakeup.clear()
+            started = time.perf_counter()
             try:
                 await self.check_leases()
                 await self.run_cycle()
+                self.metrics.cycle_duration.observe(time.perf_counter() - started)
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)

@@ -20,9 +20,11 @@ import anyio.to_thread
 from hub.core.model import RunningWorkload
 from hub.core.policy import Policy
 from hub.core.windows import active_window, apply_window
+from hub.metrics import HubMetrics
 from hub.ports import Store
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
+from hub.usage import InstanceBill
 from schemas import CapacityReport
 from schemas.burst import InstanceEvent
 
@@ -41,6 +43,10 @@ class HubState:
     reports: dict[str, CapacityReport] = field(default_factory=dict)
     spokes: dict[str, SpokeRecord] = field(default_factory=dict)
     instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
+    bills: dict[str, InstanceBill] = field(default_factory=dict)  # what each instance costs
+    # Queued workloads' places in the last cycle's queue order (1 goes first).
+    positions: dict[str, int] = field(default_factory=dict)
+    metrics: HubMetrics = field(default_factory=HubMetrics)
     counters: Counter[str] = field(default_factory=Counter)
     # Workloads seen ending whose spoke's last report may still list them (see fleet).
     ended: dict[str, tuple[RunningWorkload, int]] = field(default_factory=dict)

@@ -26,6 +26,7 @@ from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, selec
 from hub.core.lifecycle import Attempt
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from hub.usage import InstanceBill
 from schemas import CapacityReport, Phase
 from schemas.burst import InstanceEvent
 
@@ -86,6 +87,15 @@ class BurstInstanceRow(SQLModel, table=True):
     team: str = Field(index=True)
     state: str
     updated_at: float
+    data: str
+
+
+class InstanceBillRow(SQLModel, table=True):
+    __tablename__ = "instance_bills"
+    burst_id: str = Field(primary_key=True)
+    team: str
+    requested_at: float = Field(index=True)
+    ended_at: float | None = None
     data: str
 
 
@@ -300,6 +310,28 @@ class Store:
                 select(BurstInstanceRow).order_by(col(BurstInstanceRow.updated_at))
             ).all()
             return [InstanceEvent.model_validate_json(r.data) for r in rows]
+
+    def save_bill(self, bill: InstanceBill) -> None:
+        """Insert or update an instance's bill (idempotent: keyed by its burst id)."""
+        with Session(self.engine) as session:
+            session.merge(
+                InstanceBillRow(
+                    burst_id=bill.burst_id,
+                    team=bill.team,
+                    requested_at=bill.requested_at,
+                    ended_at=bill.ended_at,
+                    data=bill.model_dump_json(),
+                )
+            )
+            session.commit()
+
+    def bills(self) -> list[InstanceBill]:
+        """Every instance bill, oldest request first."""
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(InstanceBillRow).order_by(col(InstanceBillRow.requested_at))
+            ).all()
+            return [InstanceBill.model_validate_json(r.data) for r in rows]
 
     # --- spokes ---
 

@@ -35,10 +35,19 @@ from schemas import (
     parse_command,
     subjects,
 )
+from schemas import logs as log_schemas
 from schemas.common import clean_text
 from spoke.errors import SpokeError
 from spoke.journal import Journal
-from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
+from spoke.ports import (
+    EventSink,
+    Inventory,
+    Launch,
+    LogSource,
+    NodeInventory,
+    Runtime,
+    RuntimeEvent,
+)
 from spoke.settings import SpokeSettings
 
 log = structlog.get_logger(__name__)
@@ -100,6 +109,9 @@ class SpokeAgent:
             self._outbox.put_nowait((event.event_id, event.model_dump_json().encode()))
         await self._adopt()
         await self.bus.connect()
+        log_sub = await self.bus.nc.subscribe(
+            log_schemas.logs(self.settings.id), cb=self._on_log_msg
+        )
         tasks = [
             asyncio.create_task(self._heartbeat_loop(stop), name="spoke-heartbeat"),
             asyncio.create_task(self._outbox_loop(), name="spoke-outbox"),
@@ -131,6 +143,8 @@ class SpokeAgent:
                     ),
                     return_exceptions=True,
                 )
+            with contextlib.suppress(Exception):
+                await log_sub.unsubscribe()
             await self.runtime.close()
             await self._drain_outbox(within_s=3.0)
             for task in tasks:
@@ -151,6 +165,10 @@ class SpokeAgent:
             await self._on_runtime_event(
                 RuntimeEvent(wid, epoch, EventPhase.FAILED, reason="lost_on_spoke_restart")
             )
+
+    def nodes(self) -> list[NodeInventory]:
+        """The GPU nodes as last read from the inventory."""
+        return list(self._nodes.values())
 
     # --- capacity ---
 
@@ -365,6 +383,47 @@ class SpokeAgent:
         self._seen[decision_id] = None
         while len(self._seen) > SEEN_DECISIONS:
             self._seen.popitem(last=False)
+
+    # --- logs ---
+
+    async def _on_log_msg(self, msg: Msg) -> None:
+        """Answer a log request with at most its `max_bytes` of the workload's log."""
+        try:
+            request = log_schemas.LogRequest.model_validate_json(msg.data)
+        except ValidationError as exc:
+            self.counters["malformed"] += 1
+            reply = log_schemas.LogReply(ok=False, error=f"bad log request: {str(exc)[:500]}")
+        else:
+            reply = await self.read_log(request)
+        if msg.reply:
+            with contextlib.suppress(nats.errors.Error):
+                await msg.respond(reply.model_dump_json().encode())
+
+    async def read_log(self, request: log_schemas.LogRequest) -> log_schemas.LogReply:
+        """A chunk of a workload's log, or a reply saying why there is none."""
+        runtime = self.runtime
+        if not isinstance(runtime, LogSource):
+            return log_schemas.LogReply(
+                ok=False, error=f"spoke {self.settings.id}'s runtime does not serve logs"
+            )
+        try:
+            chunk = await asyncio.to_thread(
+                runtime.read_log,
+                request.workload_id,
+                request.epoch,
+                request.offset,
+                request.max_bytes,
+            )
+        except (SpokeError, OSError) as exc:
+            return log_schemas.LogReply(ok=False, error=str(exc)[:1000])
+        return log_schemas.LogReply(
+            ok=True,
+            data=chunk.data.decode("utf-8", errors="replace"),
+            offset=chunk.offset,
+            next_offset=chunk.next_offset,
+            size=chunk.size,
+            epoch=chunk.epoch,
+        )
 
     # --- events ---
 

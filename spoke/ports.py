@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from schemas import Assignment, EventPhase, WorkloadSpec
 
@@ -96,4 +96,30 @@ class Runtime(Protocol):
 
     async def close(self) -> None:
         """Stop watching (workloads keep running; a restarted spoke re-adopts them)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Bytes [offset, next_offset) of a workload's log; `size` is the file's size then."""
+
+    data: bytes
+    offset: int
+    next_offset: int
+    size: int
+    epoch: int
+
+
+@runtime_checkable
+class LogSource(Protocol):
+    """A runtime that can hand out its workloads' logs (the local runtime's files)."""
+
+    def read_log(
+        self, workload_id: str, epoch: int | None, offset: int | None, max_bytes: int
+    ) -> LogChunk:
+        """Up to `max_bytes` from `offset` (None: the last `max_bytes`) of the log of
+        `workload_id` under `epoch` (None or absent: the latest epoch it has a log of).
+
+        Blocking (reads a file); read-only. Raises SpokeError when there is no such log.
+        """
         ...

@@ -33,6 +33,10 @@ class SpokeSettings(BaseModel):
         "machine crash, at a disk write per batch); off: flushed to the OS only.",
     )
     stop_workloads_on_exit: bool = False
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus metrics here (None: off)."
+    )
+    metrics_host: str = "127.0.0.1"
     kubeconfig: str | None = None
     kube_context: str | None = None
     # Slurm: the partition this spoke offers and submits to, and the account and QOS its jobs

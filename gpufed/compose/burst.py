@@ -11,6 +11,7 @@ from burst.settings import BurstSettings
 from bus.client import Bus, BusSettings
 from bus.identities import BURST, inbox_prefix
 from bus.issuer import InstanceIssuer
+from bus.metrics_http import serve_metrics
 from gpufed.compose.signals import stop_on_signals
 
 
@@ -52,7 +53,17 @@ async def serve_burst(controller: BurstController, stop: asyncio.Event | None = 
     """Run a built controller until SIGINT/SIGTERM (or `stop`)."""
     stop = stop or asyncio.Event()
     stop_on_signals(stop)
-    await controller.run(stop)
+    settings = controller.settings
+    if settings.metrics_port is None:
+        await controller.run(stop)
+        return
+    from burst.metrics import BurstMetrics
+
+    metrics = BurstMetrics(controller)
+    await asyncio.gather(
+        controller.run(stop),
+        serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port, stop),
+    )
 
 
 def build_provider(settings: BurstSettings, catalog: Catalog) -> Provisioner:

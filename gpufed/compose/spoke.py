@@ -12,11 +12,13 @@ from typing import Any
 
 from bus.client import Bus, BusSettings
 from bus.identities import inbox_prefix
+from bus.metrics_http import serve_metrics
 from gpufed.compose.signals import stop_on_signals
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
 from spoke.ports import EventSink, Inventory, Runtime
 from spoke.settings import SpokeSettings
+from spoke.telemetry import Telemetry
 
 RuntimeFactory = Callable[[EventSink], Runtime]
 
@@ -51,7 +53,18 @@ async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None
     stop = stop or asyncio.Event()
     _watch_children_with_pidfd(asyncio.get_running_loop())
     stop_on_signals(stop)
-    await build_spoke(settings).run(stop)
+    agent = build_spoke(settings)
+    if settings.metrics_port is None:
+        await agent.run(stop)
+        return
+    from spoke.metrics import SpokeMetrics
+
+    metrics = SpokeMetrics(agent, make_telemetry(settings, agent.inventory), settings.heartbeat_s)
+    await asyncio.gather(
+        agent.run(stop),
+        metrics.run(stop),
+        serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port, stop),
+    )
 
 
 def make_inventory(settings: SpokeSettings, api_client: Any = None) -> Inventory:
@@ -129,3 +142,13 @@ def _watch_children_with_pidfd(loop: asyncio.AbstractEventLoop) -> None:
         watcher = asyncio.PidfdChildWatcher()
         asyncio.set_child_watcher(watcher)
         watcher.attach_loop(loop)
+
+
+def make_telemetry(settings: SpokeSettings, inventory: Inventory) -> Telemetry:
+    """NVML's readings for real GPUs; what the workloads report for simulated ones."""
+    from spoke.telemetry import NvmlTelemetry, SimulatedTelemetry
+
+    nvml = getattr(inventory, "nvml", None)
+    if nvml is not None:
+        return NvmlTelemetry(nvml)
+    return SimulatedTelemetry(settings.workdir / "load")

@@ -17,13 +17,13 @@ class NvmlInventory:
 
     def __init__(self, node_name: str | None = None) -> None:
         self.node_name = node_name or socket.gethostname()
-        self._nvml = _load_nvml()
+        self.nvml = _load_nvml()  # the telemetry reads utilisation through the same handle
 
     async def nodes(self) -> list[NodeInventory]:
         return [await anyio.to_thread.run_sync(self._read)]
 
     def _read(self) -> NodeInventory:
-        nvml = self._nvml
+        nvml = self.nvml
         try:
             count = nvml.nvmlDeviceGetCount()
             names = [

@@ -19,7 +19,8 @@ from typing import Any, TextIO
 import structlog
 
 from schemas import Assignment, EventPhase, WorkloadSpec
-from spoke.ports import EventSink, Launch, RuntimeEvent
+from spoke.errors import SpokeError
+from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 
 log = structlog.get_logger(__name__)
 
@@ -53,10 +54,18 @@ class LocalRuntime:
     Each process starts in its own session so a stop reaches its children too.
     """
 
-    def __init__(self, sink: EventSink, log_dir: Path, run_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        sink: EventSink,
+        log_dir: Path,
+        run_dir: Path | None = None,
+        load_dir: Path | None = None,
+    ) -> None:
         self._sink = sink
         self.log_dir = log_dir
         self.run_dir = run_dir or log_dir.parent / "runs"
+        # Where workloads may report their simulated GPU load (spoke.telemetry).
+        self.load_dir = load_dir or log_dir.parent / "load"
         self._runs: dict[str, _Run] = {}
         self._journal: TextIO | None = None  # runs.jsonl: one line per start and per end
 
@@ -70,12 +79,14 @@ class LocalRuntime:
         self._runs[launch.workload_id] = run
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.load_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(launch.workload_id, launch.epoch)
         try:
             # Opening a local log file is a quick syscall; not worth a thread hop per start.
             with open(log_path, "ab") as out:  # noqa: ASYNC230
                 for rank, assignment in enumerate(launch.assignments):
                     env = _environment(launch, rank)
+                    env["GPUFED_LOAD_FILE"] = str(self.load_dir / f"{launch.workload_id}.load")
                     proc = await asyncio.create_subprocess_exec(
                         "/bin/sh",
                         "-c",
@@ -158,6 +169,29 @@ class LocalRuntime:
 
     def log_path(self, workload_id: str, epoch: int) -> Path:
         return self.log_dir / f"{workload_id}-e{epoch}.log"
+
+    def read_log(
+        self, workload_id: str, epoch: int | None, offset: int | None, max_bytes: int
+    ) -> LogChunk:
+        path = self.log_path(workload_id, epoch) if epoch is not None else None
+        if path is None or not path.exists():
+            # The latest epoch that ran here (a requeued workload's new epoch may not have).
+            epochs = sorted(
+                int(p.stem.rsplit("-e", 1)[1])
+                for p in self.log_dir.glob(f"{workload_id}-e*.log")
+                if p.stem.rsplit("-e", 1)[1].isdigit()
+            )
+            if not epochs:
+                raise SpokeError(f"no log of workload {workload_id} on this spoke")
+            epoch = epochs[-1]
+            path = self.log_path(workload_id, epoch)
+        assert epoch is not None
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size - max_bytes) if offset is None else min(offset, size)
+            f.seek(start)
+            data = f.read(min(max_bytes, size - start))
+        return LogChunk(data, start, start + len(data), size, epoch)
 
     async def _watch(self, run: _Run) -> None:
         launch = run.launch

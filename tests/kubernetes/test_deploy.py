@@ -440,6 +440,41 @@ async def test_leaf_config_confines_a_spoke_to_its_own_subjects(leaf_eu: str) ->
         await admin.close()
 
 
+async def test_leaf_config_lets_a_spoke_answer_log_requests_for_itself_only(
+    leaf_eu: str,
+) -> None:
+    errors: list[str] = []
+
+    async def on_error(error: Exception) -> None:
+        errors.append(str(error))
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(b"the tail")
+
+    admin = await nats.connect(leaf_eu, user="admin", password="test-admin")
+    spoke = await nats.connect(
+        leaf_eu,
+        user="spoke-eu-west-1",
+        password="test-eu-west",
+        inbox_prefix="_INBOX_eu-west-1",
+        error_cb=on_error,
+    )
+    try:
+        await spoke.subscribe("gpufed.v1.spoke.eu-west-1.logs", cb=answer)
+        await spoke.subscribe("gpufed.v1.spoke.eu-central-1.logs", cb=answer)
+        await spoke.flush()
+        reply = await admin.request("gpufed.v1.spoke.eu-west-1.logs", b"tail", timeout=2)
+        assert reply.data == b"the tail"
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await admin.request("gpufed.v1.spoke.eu-central-1.logs", b"tail", timeout=0.5)
+        assert any(
+            'subscription to "gpufed.v1.spoke.eu-central-1.logs"' in e.lower() for e in errors
+        )
+    finally:
+        await spoke.close()
+        await admin.close()
+
+
 async def test_leaf_config_lets_a_spoke_consume_only_its_own_commands(leaf_eu: str) -> None:
     errors: list[str] = []
 

@@ -1,0 +1,179 @@
+"""The web console in Debian's Chromium: every page, against a live federation, with screenshots."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hub.core.policy import Policy, Quota, Team
+from schemas import Phase
+from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState, Market
+from tests.browser.conftest import LiveHub
+from tests.integration.fed import nodes, until
+
+pytestmark = pytest.mark.browser
+
+TOKEN = "console-test-token"
+POLICY = Policy(
+    teams=(
+        Team("vision", quotas={"H100": Quota(guaranteed=4, limit=8)}),
+        Team("nlp", quotas={"H100": Quota(guaranteed=2, limit=4)}),
+    )
+)
+
+
+async def test_every_console_page_shows_the_live_federation(
+    live_hub: LiveHub, browser_context: Any, screenshots: Path
+) -> None:
+    fed = live_hub.fed
+    await live_hub.start(POLICY)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.start_spoke("us-1", "us", nodes("us-1", 1, 2, "L4"))
+    await fed.wait_spokes(2)
+    hub = fed.hub
+    assert hub is not None
+    train = await fed.submit(
+        name="train", team="vision", gpus_per_node=4, gpu_models=["H100"], command=["sleep", "300"]
+    )
+    await fed.wait_phase(train, {Phase.RUNNING})
+    wait_a = await fed.submit(
+        name="wait-a", team="nlp", gpus_per_node=2, gpu_models=["H100"], command=["true"]
+    )
+    wait_b = await fed.submit(
+        name="wait-b", team="nlp", gpus_per_node=1, gpu_models=["H100"], command=["true"]
+    )
+    await until(lambda: wait_a in hub.positions and wait_b in hub.positions)
+    await rent_an_instance(live_hub)
+
+    page = await browser_context.new_page()
+    requests: list[Any] = []
+    page.on("request", lambda r: requests.append(r) if "/v1/" in r.url else None)
+    await page.goto(live_hub.url + "/")
+    await page.fill("#token", TOKEN)
+    await page.click("#token-form button")
+    await page.wait_for_selector("#token-state:has-text('token set')")
+    requests.clear()
+
+    # Fleet: both spokes ready, the H100s all in use.
+    await page.wait_for_selector("#spokes tr[data-spoke='eu-1'] .status.ready")
+    await page.wait_for_selector("#spokes tr[data-spoke='us-1'] .status.ready")
+    await page.wait_for_selector(".card[data-model='H100']:has-text('0 free / 4')")
+    assert "L4 2/2" in await page.inner_text("#spokes tr[data-spoke='us-1']")
+    await shoot(page, screenshots, "fleet")
+
+    # Queue: in the order the scheduler looks at it, with the reason each waits.
+    await page.click("nav a[href='/queue']")
+    await page.wait_for_selector(f"#queue tr[data-id='{wait_b}']")
+    rows = await page.query_selector_all("#queue tbody tr")
+    first = [await c.inner_text() for c in await rows[0].query_selector_all("td")]
+    second = [await c.inner_text() for c in await rows[1].query_selector_all("td")]
+    assert (first[0], first[2], second[0], second[2]) == ("1", "wait-a", "2", "wait-b")
+    assert first[8] != "-" and first[9]  # a reason code and its sentence
+    await shoot(page, screenshots, "queue")
+
+    # My jobs: submit through the form, watch it run, read its events and log, cancel it.
+    await page.click("nav a[href='/jobs']")
+    await page.fill("#submit-form [name=name]", "hello")
+    await page.fill("#submit-form [name=team]", "vision")
+    await page.fill("#submit-form [name=gpu_model]", "L4")
+    await page.fill(
+        "#submit-form [name=command]", "for i in 1 2 3; do echo hello-$i; done; sleep 300"
+    )
+    await page.click("#submit-form button[type=submit]")
+    await page.wait_for_selector("#submit-result:has-text('Submitted')")
+    job = (await page.inner_text("#submit-result")).split()[-1]
+    await page.wait_for_selector(f"#jobs tr[data-id='{job}'] .phase.running")
+    await page.wait_for_selector("#job-log:has-text('hello-3')")
+    assert "hello-1\nhello-2\nhello-3" in await page.inner_text("#job-log")
+    events = await page.inner_text("#job-events")
+    assert "submitted" in events and "placed" in events and "running on us-1" in events
+    await shoot(page, screenshots, "jobs")
+    await page.click(f"#jobs tr[data-id='{job}'] button.cancel")
+    await page.wait_for_selector(f"#jobs tr[data-id='{job}'] .phase.cancelled")
+    assert (await fed.workload(job))["phase"] == "cancelled"
+
+    # Teams: guarantee against use; nlp waits below its guarantee.
+    await page.click("nav a[href='/teams']")
+    await page.wait_for_selector("#teams tr[data-team='nlp']")
+    vision = [
+        await c.inner_text()
+        for c in await page.query_selector_all("#teams tr[data-team='vision'] td")
+    ]
+    nlp = [
+        await c.inner_text() for c in await page.query_selector_all("#teams tr[data-team='nlp'] td")
+    ]
+    assert vision[1:4] == ["4", "4", "0"]  # guaranteed, using, borrowing
+    assert nlp[1:3] == ["2", "0"] and nlp[5] == "2"  # guaranteed, using; 2 queued
+    assert vision[7].startswith("$") and vision[7] != "$0.00"  # the rented instance's bill
+    await shoot(page, screenshots, "teams")
+
+    # Burst: the instance, its state and what it has cost so far.
+    await page.click("nav a[href='/burst']")
+    await page.wait_for_selector("#instances tr[data-id='burst-test-1'] .status.running")
+    assert await page.inner_text("#burst-live") == "1"
+    assert (await page.inner_text("#burst-total")) != "$0.00"
+    await shoot(page, screenshots, "burst")
+
+    # Usage: a line per team over time, and totals that add up.
+    await page.click("nav a[href='/usage']")
+    await page.wait_for_selector("#chart-gpus polyline[data-team='vision']")
+    await page.wait_for_selector("#chart-cost polyline[data-team='vision']")
+    await page.wait_for_selector("#usage tr[data-team='vision']")
+    await shoot(page, screenshots, "usage")
+
+    api_calls = [r for r in requests if "/v1/" in r.url]
+    assert api_calls, "the pages made no API call"
+    missing = [r.url for r in api_calls if r.headers.get("authorization") != f"Bearer {TOKEN}"]
+    assert not missing, f"API calls without the token: {missing[:3]}"
+
+
+async def test_a_refused_call_says_so_and_the_page_keeps_going(
+    live_hub: LiveHub, browser_context: Any, screenshots: Path
+) -> None:
+    fed = live_hub.fed
+    await live_hub.start()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    page = await browser_context.new_page()
+    await page.goto(live_hub.url + "/jobs")
+    await page.fill("#submit-form [name=team]", "vision")
+    await page.fill("#submit-form [name=gpus_per_node]", "65")
+    await page.evaluate("document.querySelector('#submit-form').noValidate = true")
+    await page.click("#submit-form button[type=submit]")
+    await page.wait_for_selector("#submit-result.error")
+    assert "gpus_per_node" in await page.inner_text("#submit-result")
+    await page.wait_for_selector("#updated:not(:has-text('never'))")
+    await shoot(page, screenshots, "jobs-refused")
+
+
+async def rent_an_instance(live: LiveHub) -> None:
+    """What burst publishes when it rents an instance: requested, then its spoke joined."""
+    hub = live.fed.hub
+    assert hub is not None
+    base = {
+        "burst_id": "burst-test-1",
+        "provider": "local",
+        "instance_type": "sim.l4x2",
+        "region": "us-east-1",
+        "market": Market.ON_DEMAND,
+        "gpu_model": "L4",
+        "gpu_count": 2,
+        "price_per_hour": 3600.0,  # a dollar a second: visible in a short test
+        "team": "vision",
+    }
+    now = time.time()
+    for i, state in enumerate((InstanceState.REQUESTED, InstanceState.RUNNING)):
+        event = InstanceEvent(**base, state=state, at=now - 10 + 5 * i)
+        await hub.bus.publish_durable(
+            BURST_INSTANCES, event.model_dump_json().encode(), f"burst-test-1-{state.value}"
+        )
+    await until(lambda: "burst-test-1" in hub.bills and hub.bills["burst-test-1"].running_at)
+
+
+async def shoot(page: Any, folder: Path, name: str) -> None:
+    path = folder / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")

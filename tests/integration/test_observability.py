@@ -1,0 +1,148 @@
+"""What an operator sees of a running federation: /metrics, queue positions, logs, usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes, until
+
+pytestmark = pytest.mark.integration
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition, keyed by (name, sorted labels)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(
+    parsed: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return parsed.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_metrics_follow_the_queue_the_gpus_and_the_placements(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.wait_spokes(1)
+    assert fed.api is not None
+    holder = await fed.submit(
+        name="holder", team="vision", gpus_per_node=2, command=["sleep", "30"]
+    )
+    await fed.wait_phase(holder, {Phase.RUNNING})
+    waiting = [
+        await fed.submit(name=f"w{i}", team="nlp", gpus_per_node=1, command=["true"])
+        for i in range(3)
+    ]
+
+    async def metrics() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        assert fed.api is not None
+        response = await fed.api.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        return samples(response.text)
+
+    hub = fed.hub
+    assert hub is not None
+    await until(lambda: all(w in hub.positions for w in waiting))
+    # GPUs per spoke are what the spoke last reported: wait for the report after the placement.
+    await until(lambda: not hub.reports["eu-1"].nodes[0].free_devices)
+    parsed = await metrics()
+    queued = sum(
+        v
+        for (name, labels), v in parsed.items()
+        if name == "gpufed_queue_workloads" and ("team", "nlp") in labels
+    )
+    assert queued == 3
+    assert value(parsed, "gpufed_gpus_capacity", spoke="eu-1", gpu_model="H100") == 2
+    assert value(parsed, "gpufed_gpus_allocated", spoke="eu-1", gpu_model="H100") == 2
+    assert value(parsed, "gpufed_gpus_free", spoke="eu-1", gpu_model="H100") == 0
+    assert value(parsed, "gpufed_placements_total") == 1
+    assert value(parsed, "gpufed_spoke_lease", spoke="eu-1", state="ready") == 1
+    assert value(parsed, "gpufed_team_gpus_allocated", team="vision", gpu_model="H100") == 2
+    assert value(parsed, "gpufed_queue_wait_seconds_count", priority_class="batch") == 1
+    assert value(parsed, "gpufed_cycle_duration_seconds_count") > 0
+
+    # Positions: the oldest of one team's equal jobs goes first.
+    listed = {w["id"]: w for w in (await fed.api.get("/v1/workloads")).json()}
+    assert [listed[w]["position"] for w in waiting] == [1, 2, 3]
+    assert listed[holder]["position"] is None
+
+    await fed.api.delete(f"/v1/workloads/{holder}")
+    for w in waiting:
+        await fed.wait_phase(w, {Phase.SUCCEEDED})
+    parsed = await metrics()
+    assert value(parsed, "gpufed_placements_total") == 4
+    assert value(parsed, "gpufed_queue_workloads", team="nlp", priority_class="batch") == 0
+    assert value(parsed, "gpufed_queue_wait_seconds_count", priority_class="batch") == 4
+
+
+async def test_a_forged_capacity_report_is_dropped_and_counted(
+    fed: InProcessFederation,
+) -> None:
+    hub = await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.wait_spokes(1)
+    report = fed.spokes["eu-1"].report().model_copy(update={"spoke_id": "eu-2"})
+    await hub.bus.nc.publish("gpufed.v1.spoke.eu-1.capacity", report.model_dump_json().encode())
+    await hub.bus.nc.publish("gpufed.v1.spoke.eu-1.capacity", b"{not json")
+    await until(lambda: hub.counters["malformed"] >= 2)
+    assert fed.api is not None
+    parsed = samples((await fed.api.get("/metrics")).text)
+    assert value(parsed, "gpufed_messages_dropped_total", reason="forged") == 1
+    assert value(parsed, "gpufed_messages_dropped_total", reason="malformed") == 1
+    assert "eu-2" not in hub.spokes
+
+
+async def test_the_log_tail_comes_from_the_spoke_and_follows(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.wait_spokes(1)
+    assert fed.api is not None
+    gate = tmp_path / "go"
+    script = (
+        "for i in $(seq 1 2000); do echo line-$i; done; "
+        f"while [ ! -e {gate} ]; do sleep 0.05; done; echo after-gate"
+    )
+    wid = await fed.submit(name="talk", team="vision", command=["sh", "-c", script])
+    await fed.wait_phase(wid, {Phase.RUNNING})
+
+    async def log(**params: int) -> dict[str, object]:
+        assert fed.api is not None
+        response = await fed.api.get(f"/v1/workloads/{wid}/log", params=params)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    await until(lambda: (fed.root / "spokes/eu-1/logs" / f"{wid}-e1.log").exists())
+    tail: dict[str, object] = {}
+    for _ in range(200):
+        tail = await log(max_bytes=100)
+        if "line-2000" in str(tail["data"]):
+            break
+    assert str(tail["data"]).endswith("line-2000\n")
+    assert len(str(tail["data"])) == 100  # bounded by what was asked
+    whole = await log(offset=0, max_bytes=1_000_000 // 10)
+    assert str(whole["data"]).startswith("line-1\n")
+    gate.touch()
+    await fed.wait_phase(wid, {Phase.SUCCEEDED})
+    more = await log(offset=int(str(tail["next_offset"])))
+    assert more["data"] == "after-gate\n"
+    assert more["phase"] == "succeeded"
+
+    too_big = await fed.api.get(f"/v1/workloads/{wid}/log", params={"max_bytes": 10**7})
+    assert too_big.status_code == 422
+    queued = await fed.submit(name="never", team="vision", gpus_per_node=8, command=["true"])
+    refused = await fed.api.get(f"/v1/workloads/{queued}/log")
+    assert refused.status_code == 409
+    assert "not run" in refused.json()["message"]
