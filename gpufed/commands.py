@@ -1,13 +1,16 @@
-"""CLI commands that talk to a running hub: submit, jobs, explain, cancel, spokes."""
+"""CLI commands that talk to a running hub: submit, jobs, explain, cancel, spokes, policy,
+usage, logs, top."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +66,22 @@ def add_client_commands(sub: Any) -> None:
         help="show: the policy in force at TIME (now, ISO 8601, epoch s), time windows applied",
     )
 
-    usage = command("usage", "GPU-hours and cloud cost per team", _usage)
-    usage.add_argument("--since", type=float, default=0.0, help="unix time (default: all)")
+    usage = command("usage", "GPU-hours and cloud cost per team, user or spoke", _usage)
+    usage.add_argument(
+        "--since", default=None, help="unix time, ISO date/time, or an age like 2h or 7d (all)"
+    )
+    usage.add_argument("--until", default=None, help="same forms (default: now)")
+    usage.add_argument("--by", choices=["team", "user", "spoke"], default="team")
+    usage.add_argument("--csv", action="store_true", help="print CSV")
+
+    logs = command("logs", "print a workload's log from its spoke", _logs)
+    logs.add_argument("id")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow until it ends")
+    logs.add_argument("--bytes", type=int, default=65536, help="how much of the tail (64 KiB)")
+
+    top = command("top", "live view of the fleet and the queue (Ctrl-C quits)", _top)
+    top.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -117,13 +134,17 @@ def _jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
-    rows = [("ID", "NAME", "TEAM", "GPUS", "PHASE", "SPOKE", "WAIT", "RUN", "REASON")]
+    head = ("ID", "NAME", "TEAM", "CLASS", "PRIO", "POS", "GPUS", "PHASE", "SPOKE", "WAIT")
+    rows = [(*head, "RUN", "REASON")]
     for r in records:
         rows.append(
             (
                 r["id"],
                 r["spec"]["name"],
                 r["spec"]["team"],
+                r["spec"]["priority_class"],
+                str(r.get("priority", "")),
+                str(r["position"]) if r.get("position") else "-",
                 _shape(r["spec"]),
                 r["phase"],
                 r["spoke_id"] or "-",
@@ -203,24 +224,98 @@ def _policy(args: argparse.Namespace) -> int:
 
 
 def _usage(args: argparse.Namespace) -> int:
-    data = args.client.usage(args.since)
+    now = time.time()
+    try:
+        since = parse_when(args.since, now) if args.since else 0.0
+        until = parse_when(args.until, now) if args.until else None
+    except ValueError as exc:
+        print(f"gpufed usage: {exc}", file=sys.stderr)
+        return 2
+    data = args.client.usage(since, until, args.by)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    rows = [("TEAM", "GPU-H ON-PREM", "GPU-H CLOUD", "CLOUD COST $", "GPUS NOW", "INSTANCES")]
-    for team, u in data["teams"].items():
+    header = (args.by.upper(), "GPU-H ON-PREM", "GPU-H CLOUD", "RUNS", "CLOUD COST $")
+    rows = [header]
+    for key, u in data["rows"].items():
+        cost = "-" if args.by == "user" else f"{u['cloud_cost']:.2f}"
         rows.append(
             (
-                team,
+                key,
                 f"{u['gpu_hours_onprem']:.3f}",
                 f"{u['gpu_hours_cloud']:.3f}",
-                f"{u['cloud_cost']:.2f}",
-                f"{u['gpus_now']:g}",
-                str(int(u.get("cloud_instances_now", 0))),
+                str(int(u["attempts"])),
+                cost,
             )
         )
-    _table(rows)
+    t = data["totals"]
+    total = (
+        "TOTAL",
+        f"{t['gpu_hours_onprem']:.3f}",
+        f"{t['gpu_hours_cloud']:.3f}",
+        str(int(t["attempts"])),
+        f"{t['cloud_cost']:.2f}",
+    )
+    if args.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow([h.lower().replace(" ", "_").replace("-", "_") for h in header])
+        writer.writerows([*rows[1:], total])
+        return 0
+    _table([*rows, total])
     return 0
+
+
+def parse_when(text: str, now: float) -> float:
+    """Unix seconds from `1733000000`, `2026-11-30`, `2026-11-30T12:00` or an age (`2h`, `7d`)."""
+    text = text.strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
+        return now - float(text[:-1]) * units[text[-1]]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"cannot read the time {text!r}: give unix seconds, an ISO date or time "
+            "(2026-11-30T12:00), or an age such as 90m, 2h or 7d"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # local time, as a person typing a date means it
+    return moment.timestamp()
+
+
+def _logs(args: argparse.Namespace) -> int:
+    chunk = args.client.log(args.id, None, max(1, min(args.bytes, 128 * 1024)))
+    sys.stdout.write(chunk["data"])
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    offset, epoch = chunk["next_offset"], chunk["epoch"]
+    try:
+        while True:
+            chunk = args.client.log(args.id, offset)
+            if chunk["epoch"] != epoch:
+                print(f"\n--- run {chunk['epoch']} ---", flush=True)
+                epoch, offset = chunk["epoch"], 0
+                continue
+            sys.stdout.write(chunk["data"])
+            sys.stdout.flush()
+            offset = chunk["next_offset"]
+            if not chunk["data"]:
+                if chunk["phase"] not in ("queued", "placed", "running"):
+                    return 0
+                time.sleep(1.0)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _top(args: argparse.Namespace) -> int:
+    from gpufed.top import run_top
+
+    return run_top(args.client, args.interval, once=args.once)
 
 
 def _shape(spec: dict[str, Any]) -> str:

@@ -95,6 +95,8 @@ class Federation:
         self._started_at: dict[str, float] = {}  # piece -> time.monotonic() of its last start
         self._crashes: dict[str, int] = {}  # piece -> crashes in a row
         self._restart_at: dict[str, float] = {}  # piece -> when to start it again
+        # Prometheus /metrics of each spoke and of burst (the hub's is on its API port).
+        self.metrics_ports: dict[str, int] = {}
 
     @property
     def api_url(self) -> str:
@@ -112,6 +114,7 @@ class Federation:
 
     def start_burst(self) -> None:
         """The burst controller with the local provider: cloud spokes are local processes."""
+        port = self.metrics_ports.setdefault("burst", free_port())
         self._spawn(
             "burst",
             [
@@ -121,6 +124,7 @@ class Federation:
                 *self.burst_nats_args(),
                 "--state-dir", str(self.burst_dir),
                 "--spoke-heartbeat", "1",
+                "--metrics-port", str(port),
                 *(self.burst_args or ()),
             ],
         )  # fmt: skip
@@ -152,6 +156,8 @@ class Federation:
             "gpu_count": spoke.gpus,
         }
         inventory.write_text(yaml.safe_dump({"nodes": [nodes]}))
+        port = self.metrics_ports.setdefault(spoke.id, free_port())
+        self.write_scrape_targets()
         self._spawn(
             spoke.id,
             [
@@ -164,6 +170,7 @@ class Federation:
                 "--runtime", "local",
                 "--state-dir", str(self.data_dir / "spokes"),
                 "--heartbeat", "1",
+                "--metrics-port", str(port),
                 *self.spoke_args,
             ],
         )  # fmt: skip
@@ -197,6 +204,17 @@ class Federation:
             inbox_prefix=identities.inbox_prefix(identities.HUB),
             tls_ca=str(self.tls.ca_file) if self.tls else None,
         )
+
+    def write_scrape_targets(self) -> Path:
+        """Prometheus file discovery of every /metrics here (see deploy/prometheus/)."""
+        groups = [{"targets": [f"127.0.0.1:{self.api_port}"], "labels": {"job": "gpufed-hub"}}]
+        for name, port in sorted(self.metrics_ports.items()):
+            job = "gpufed-burst" if name == "burst" else "gpufed-spoke"
+            groups.append({"targets": [f"127.0.0.1:{port}"], "labels": {"job": job}})
+        path = self.data_dir / "prometheus-targets.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(groups, indent=2) + "\n")
+        return path
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the API answers and every spoke has reported."""
@@ -365,9 +383,11 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False) -> int:
 def _banner(fed: Federation) -> None:
     print(f"  NATS    {fed.nats.url}   (per-process credentials in {fed.secrets_dir})")
     print(f"  API     {fed.api_url}   (export GPUFED_API={fed.api_url})")
+    print(f"  console {fed.api_url}/   metrics {fed.api_url}/metrics")
     for s in fed.fleet:
         print(f"  spoke   {s.id:6} region {s.region}: {s.nodes} node(s) x {s.gpus} {s.model}")
     print("  burst   local provider: cloud spokes appear for demand no spoke can serve")
+    print(f"  scrape  {fed.data_dir / 'prometheus-targets.json'} (Prometheus file discovery)")
     example = "gpufed submit --name hello --team me --gpus 2 -- sleep 5"
     print(f"  try     GPUFED_API={fed.api_url} {example}")
 
