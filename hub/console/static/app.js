@@ -4,6 +4,8 @@
 "use strict";
 
 const REFRESH_MS = 2000;
+// Usage and bills scan the whole history on the hub: those pages refresh less often.
+const SLOW_PAGES = { usage: 10000, burst: 10000 };
 const LOG_MAX_CHARS = 256 * 1024;
 const TOKEN_KEY = "gpufed.token";
 const TEAM_KEY = "gpufed.team";
@@ -317,7 +319,7 @@ async function refresh() {
     showError(err);
   } finally {
     running = false;
-    timer = setTimeout(refresh, REFRESH_MS);
+    timer = setTimeout(refresh, SLOW_PAGES[document.body.dataset.page] || REFRESH_MS);
   }
 }
 function refreshSoon() { clearTimeout(timer); timer = setTimeout(refresh, 0); }
