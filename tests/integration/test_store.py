@@ -53,7 +53,7 @@ from hub.migrations import LATEST_VERSION, MigrationError, current_version, migr
 from hub.records import DecisionRecord, HistoryEntry, SpokeRecord, WorkloadRecord
 from hub.store import Store
 from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
-from schemas.burst import InstanceEvent
+from schemas.burst import InstanceEvent, InstanceState, Market
 from schemas.capacity import NodeCapacity, RunningRef
 
 #: The user PostgreSQL runs as when the tests run as root (initdb and postgres refuse root).
@@ -576,6 +576,55 @@ def test_attempts_are_rebuilt_from_the_history_of_records_written_before_them(
     )
     assert running.assignments == (Assignment(node="n1", devices=(1,)),)
     assert (record.epoch, record.spoke_id, record.started_at) == (3, "s2", 11.0)
+
+
+def test_instances_recorded_before_bills_get_one_from_their_latest_event(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as before_bills:
+        before_bills.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:5])
+        before_bills.setattr(migrations, "LATEST_VERSION", 5)
+        migrate(engine)
+    events = {
+        "b-live": InstanceEvent(
+            burst_id="b-live", provider="local", instance_type="sim", region="us-east-1",
+            market=Market.SPOT, price_per_hour=3.0, team="vision",
+            state=InstanceState.RUNNING, at=100.0,
+        ),
+        "b-gone": InstanceEvent(
+            burst_id="b-gone", provider="local", instance_type="sim", region="us-east-1",
+            market=Market.ON_DEMAND, price_per_hour=1.0, team="nlp",
+            state=InstanceState.TERMINATED, at=50.0,
+        ),
+    }  # fmt: skip
+    with engine.begin() as conn:
+        for event in events.values():
+            conn.execute(
+                text(
+                    "INSERT INTO burst_instances (burst_id, team, state, updated_at, data)"
+                    " VALUES (:id, :team, :state, :at, :data)"
+                ),
+                {
+                    "id": event.burst_id,
+                    "team": event.team,
+                    "state": event.state.value,
+                    "at": event.at,
+                    "data": event.model_dump_json(),
+                },
+            )
+
+    store = Store(db_url)  # migrates to the latest version
+    try:
+        bills = {b.burst_id: b for b in store.bills()}
+    finally:
+        store.close()
+
+    assert set(bills) == {"b-live", "b-gone"}
+    live, gone = bills["b-live"], bills["b-gone"]
+    assert (live.team, live.requested_at, live.running_at, live.ended_at) == (
+        "vision", 100.0, 100.0, None,
+    )  # fmt: skip
+    assert (gone.team, gone.ended_at, gone.price_per_hour) == ("nlp", 50.0, 1.0)
 
 
 def test_database_newer_than_the_code_is_refused(db_url: str, engine: Engine) -> None:
