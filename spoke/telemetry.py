@@ -151,6 +151,17 @@ def _memory_mib(node: NodeInventory) -> float | None:
         return None
 
 
+class NoTelemetry:
+    """No per-device readings: a Kubernetes cluster's dcgm-exporter reports its GPUs itself."""
+
+    async def sample(
+        self,
+        nodes: Iterable[NodeInventory],
+        allocations: Mapping[str, tuple[int, tuple[Assignment, ...]]],
+    ) -> list[DeviceSample]:
+        return []
+
+
 class NvmlTelemetry:
     """Utilisation and memory of this host's GPUs, read through NVML."""
 

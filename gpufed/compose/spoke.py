@@ -145,10 +145,13 @@ def _watch_children_with_pidfd(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def make_telemetry(settings: SpokeSettings, inventory: Inventory) -> Telemetry:
-    """NVML's readings for real GPUs; what the workloads report for simulated ones."""
-    from spoke.telemetry import NvmlTelemetry, SimulatedTelemetry
+    """NVML's readings for real GPUs; what the workloads report for simulated ones; none on
+    Kubernetes, where the cluster's dcgm-exporter reports each GPU under the same names."""
+    from spoke.telemetry import NoTelemetry, NvmlTelemetry, SimulatedTelemetry
 
     nvml = getattr(inventory, "nvml", None)
     if nvml is not None:
         return NvmlTelemetry(nvml)
-    return SimulatedTelemetry(settings.workdir / "load")
+    if settings.inventory.startswith("static"):
+        return SimulatedTelemetry(settings.workdir / "load")
+    return NoTelemetry()
