@@ -29,11 +29,21 @@ CHROMIUM_ARGS = [
 ]
 
 
+_SHOTS: list[Path] = []
+
+
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("console-screenshots")
-    print(f"\nconsole screenshots: {path}")
+    _SHOTS.append(path)
     return path
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the screenshot folder at the end of the run, captured output or not."""
+    for path in _SHOTS:
+        pngs = sorted(p.name for p in path.glob("*.png"))
+        terminalreporter.write_line(f"console screenshots ({len(pngs)}): {path}")
 
 
 @pytest.fixture
