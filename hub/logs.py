@@ -8,7 +8,8 @@ from pydantic import ValidationError
 from bus.client import Bus
 from hub.errors import Conflict, Unavailable
 from hub.records import WorkloadRecord
-from schemas.logs import LogReply, LogRequest, logs
+from schemas import subjects
+from schemas.logs import LogReply, LogRequest
 
 #: How long a spoke has to answer.
 LOG_TIMEOUT_S = 5.0
@@ -32,7 +33,7 @@ async def fetch_log(
     request = LogRequest(workload_id=record.id, epoch=epoch, offset=offset, max_bytes=max_bytes)
     try:
         msg = await bus.nc.request(
-            logs(spoke_id), request.model_dump_json().encode(), timeout=LOG_TIMEOUT_S
+            subjects.logs(spoke_id), request.model_dump_json().encode(), timeout=LOG_TIMEOUT_S
         )
         return LogReply.model_validate_json(msg.data)
     except (nats.errors.Error, TimeoutError) as exc:

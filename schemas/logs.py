@@ -1,4 +1,4 @@
-"""A workload's log, read from its spoke: hub -> spoke request/reply on the spoke's subject.
+"""A workload's log, read from its spoke: hub -> spoke request/reply on `subjects.logs(id)`.
 
 Bounded both ways: a request asks for at most MAX_LOG_BYTES, and a spoke answers with no more.
 `offset` None means the tail: the last `max_bytes` of the file. Following a log is asking again
@@ -13,12 +13,6 @@ from schemas.common import Identifier, WireModel
 
 #: The most a single reply carries (JSON-escaped, still under NATS' default 1 MiB payload).
 MAX_LOG_BYTES = 128 * 1024
-LOG_SUBJECTS = "gpufed.v1.spoke.*.logs"
-
-
-def logs(spoke_id: str) -> str:
-    """Subject where the spoke `spoke_id` answers log requests."""
-    return f"gpufed.v1.spoke.{spoke_id}.logs"
 
 
 class LogRequest(WireModel):

@@ -34,6 +34,11 @@ def sync(spoke_id: str) -> str:
     return f"{PREFIX}.spoke.{spoke_id}.sync"
 
 
+def logs(spoke_id: str) -> str:
+    """Where the spoke answers log requests (schemas.logs: LogRequest -> LogReply)."""
+    return f"{PREFIX}.spoke.{spoke_id}.logs"
+
+
 def spoke_consumer(spoke_id: str) -> str:
     """Durable consumer name of a spoke's command stream."""
     return f"spoke-{spoke_id}"

@@ -109,9 +109,7 @@ class SpokeAgent:
             self._outbox.put_nowait((event.event_id, event.model_dump_json().encode()))
         await self._adopt()
         await self.bus.connect()
-        log_sub = await self.bus.nc.subscribe(
-            log_schemas.logs(self.settings.id), cb=self._on_log_msg
-        )
+        log_sub = await self.bus.nc.subscribe(subjects.logs(self.settings.id), cb=self._on_log_msg)
         tasks = [
             asyncio.create_task(self._heartbeat_loop(stop), name="spoke-heartbeat"),
             asyncio.create_task(self._outbox_loop(), name="spoke-outbox"),
