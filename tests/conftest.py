@@ -22,6 +22,8 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "burst": ("burst",),
     "faults": ("faults",),
     "windows": ("windows",),  # time windows in the policy
+    "prometheus": ("prometheus", "integration"),  # Debian's promtool and prometheus
+    "browser": ("browser", "integration"),  # Debian's chromium
 }
 
 

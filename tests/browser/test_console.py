@@ -6,15 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from hub.core.policy import Policy, Quota, Team
 from schemas import Phase
 from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState, Market
 from tests.browser.conftest import LiveHub
-from tests.integration.fed import nodes, until
-
-pytestmark = pytest.mark.browser
+from tests.integration.fed import nodes
+from tests.support.wait import wait_until as until
 
 TOKEN = "console-test-token"
 POLICY = Policy(

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas import Phase
-from tests.integration.fed import InProcessFederation, nodes, until
-
-pytestmark = pytest.mark.integration
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until as until
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

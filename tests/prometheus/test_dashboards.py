@@ -121,7 +121,6 @@ def test_every_panel_queries_only_metrics_the_code_exports(exported_names: set[s
     assert not unknown, "\n".join(unknown)
 
 
-@pytest.mark.prometheus
 def test_every_panel_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:
     rules = []
     for path in DASHBOARDS:

@@ -22,8 +22,6 @@ from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from tests.prometheus.conftest import DEPLOY, debian_tool
 
-pytestmark = pytest.mark.integration
-
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=1, gpus=2, model="H100"),
     SimSpoke("us-1", "us", nodes=1, gpus=2, model="L4"),
@@ -160,7 +158,6 @@ def values(url: str, promql: str, label: str) -> dict[str, float]:
     return {r["metric"].get(label, ""): float(r["value"][1]) for r in query(url, promql)}
 
 
-@pytest.mark.prometheus
 def test_prometheus_scrapes_every_piece_and_loads_the_alerts(live: Live, prometheus: str) -> None:
     ports = live.fed.metrics_ports
     instances = {f"127.0.0.1:{live.fed.api_port}"} | {f"127.0.0.1:{p}" for p in ports.values()}

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 from tests.prometheus.conftest import DEPLOY
-
-pytestmark = pytest.mark.prometheus
 
 
 def promtool_run(promtool: str, *args: str) -> subprocess.CompletedProcess[str]:
