@@ -71,6 +71,6 @@ def spoke_permissions(spoke_id: str) -> Permissions:
             f"$JS.ACK.{_COMMANDS}.{consumer}.>",
         ),
         # Its own log subject: the hub asks it for a workload's log and it answers once.
-        sub_allow=(f"{inbox_prefix(spoke_id)}.>", f"{subjects.PREFIX}.spoke.{spoke_id}.logs"),
+        sub_allow=(f"{inbox_prefix(spoke_id)}.>", subjects.logs(spoke_id)),
         responses=True,
     )

@@ -451,8 +451,8 @@ async def test_leaf_config_lets_a_spoke_answer_log_requests_for_itself_only(
     async def answer(msg: Any) -> None:
         await msg.respond(b"the tail")
 
-    admin = await nats.connect(leaf_eu, user="admin", password="test-admin")
-    spoke = await nats.connect(
+    admin = await connect_tls(leaf_eu, user="admin", password="test-admin")
+    spoke = await connect_tls(
         leaf_eu,
         user="spoke-eu-west-1",
         password="test-eu-west",
