@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from hub import transitions
 from hub.core import lifecycle
+from hub.core.fencing import SUSPICIOUS, EventRefusal, refuse_event
 from hub.core.lifecycle import Event
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
@@ -58,6 +59,7 @@ class Handlers:
 
     async def on_submit(self, msg: Msg) -> None:
         """`submit`: a WorkloadSpec in, a SubmitReply out."""
+        spec: WorkloadSpec | None = None
         try:
             spec = WorkloadSpec.model_validate_json(msg.data)
             record = await self._submit(spec)
@@ -73,6 +75,10 @@ class Handlers:
             log.exception("submit_failed")
             error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
             reply = SubmitReply(ok=False, error=error)
+        if spec is not None:
+            result = "ok" if reply.ok or reply.error is None else reply.error.code
+            for listener in self.state.submit_listeners:
+                await listener(spec, reply.workload_id, result)
         if msg.reply:
             await msg.respond(reply.model_dump_json().encode())
 
@@ -133,7 +139,10 @@ class Handlers:
             await msg.ack()
             return
         await self.state.db(self.state.store.save_instance, event)
+        previous = self.state.instances.get(event.burst_id)
         self.state.instances[event.burst_id] = event
+        for listener in self.state.instance_listeners:
+            await listener(previous, event)
         await msg.ack()
         log.info(
             "burst_instance",
@@ -177,15 +186,21 @@ class Handlers:
         async with state.lock:
             record = state.workloads.get(event.workload_id)
             live = record.lifecycle.live if record is not None else None
-            if record is None or live is None or event.epoch != live.epoch:
-                # Fencing: an event of an attempt that is not the live one changes nothing.
-                state.counters["events_stale"] += 1
-                log.info(
-                    "event_ignored",
-                    workload=event.workload_id,
-                    epoch=event.epoch,
-                    phase=event.phase.value,
-                )
+            attempt = next(
+                (a for a in (record.attempts if record else ()) if a.epoch == event.epoch), None
+            )
+            refusal = refuse_event(
+                subject_spoke=subjects.spoke_from_subject(msg.subject),
+                event_spoke=event.spoke_id,
+                event_epoch=event.epoch,
+                known=record is not None,
+                latest_epoch=record.epoch if record is not None else 0,
+                attempt_spoke=attempt.spoke_id if attempt is not None else None,
+                attempt_live=attempt is not None and attempt.live,
+            )
+            if record is None or live is None or refusal is not None:
+                # Fencing and origin: only the spoke holding the live attempt is heard.
+                self._event_refused(msg.subject, event, refusal)
             elif self._apply_event(record, event):
                 await state.db(state.store.save, [record])
                 if record.phase.terminal:
@@ -193,6 +208,30 @@ class Handlers:
         await msg.ack()
         state.counters["events"] += 1
         state.trigger()
+
+    def _event_refused(
+        self, subject: str, event: WorkloadEvent, refusal: EventRefusal | None
+    ) -> None:
+        counters = self.state.counters
+        counters["events_stale"] += 1
+        if refusal is None or refusal not in SUSPICIOUS:
+            log.info(
+                "event_ignored",
+                workload=event.workload_id,
+                epoch=event.epoch,
+                phase=event.phase.value,
+            )
+            return
+        counters["events_refused"] += 1
+        counters[f"events_refused_{refusal.value}"] += 1
+        log.warning(
+            "event_refused",
+            reason=refusal.value,
+            subject=subject,
+            spoke=event.spoke_id,
+            workload=event.workload_id,
+            epoch=event.epoch,
+        )
 
     def _apply_event(self, w: WorkloadRecord, event: WorkloadEvent) -> bool:
         """Move a workload on from its spoke's event; False if the event changes nothing."""

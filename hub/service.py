@@ -27,7 +27,7 @@ from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
 from hub.cycle import Cycle
-from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound
+from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound, TooMany
 from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.ids import decision_id, new_workload_id
@@ -209,7 +209,8 @@ class HubService:
     # --- submissions and cancellations (NATS and REST share these) ---
 
     async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
-        """Accept a workload; raises InvalidWorkload for what policy refuses."""
+        """Accept a workload; raises InvalidWorkload for what policy refuses and TooMany when
+        its team already has its policy's `max_queued` workloads queued."""
         if spec.priority_class not in self.policy.priorities:
             known = ", ".join(sorted(self.policy.priorities))
             raise InvalidWorkload(
@@ -220,12 +221,24 @@ class HubService:
         record = WorkloadRecord(id=new_workload_id(), spec=spec, submitted_at=now)
         record.note(now, "submitted")
         async with self.state.lock:
+            cap = self.policy.max_queued(spec.team)
+            if cap is not None and self._queued(spec.team) >= cap:
+                self.counters["submit_throttled"] += 1
+                raise TooMany(
+                    f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
+                    field="team",
+                )
             await self.db(self.store.save, [record])
             self.workloads[record.id] = record
         self.counters["submitted"] += 1
         log.info("workload_submitted", workload=record.id, team=spec.team, gpus=spec.total_gpus)
         self.trigger()
         return record
+
+    def _queued(self, team: str) -> int:
+        return sum(
+            1 for w in self.workloads.values() if w.phase == Phase.QUEUED and w.spec.team == team
+        )
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:
         """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""
@@ -267,15 +280,23 @@ class HubService:
         return record
 
     async def find_workloads(
-        self, team: str | None = None, phases: Sequence[Phase] = (), limit: int = 500
+        self,
+        team: str | None = None,
+        phases: Sequence[Phase] = (),
+        limit: int = 500,
+        teams: Sequence[str] | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads of a team and phases (any if not given), newest first."""
-        return await self.db(self.store.find, team=team, phases=phases, limit=max(1, limit))
+        """Workloads of a team (or of `teams`) and phases (any if not given), newest first."""
+        return await self.db(
+            self.store.find, team=team, teams=teams, phases=phases, limit=max(1, limit)
+        )
 
-    async def usage(self, since: float = 0.0) -> dict[str, Any]:
-        """GPU-hours and cloud cost per team since `since` (see `hub.usage`)."""
-        records = await self.db(self.store.find, limit=1_000_000)
-        return team_usage(records, self.spokes, self.instances.values(), self.clock(), since)
+    async def usage(self, since: float = 0.0, teams: Sequence[str] | None = None) -> dict[str, Any]:
+        """GPU-hours and cloud cost per team since `since` (see `hub.usage`); of `teams` only
+        when given."""
+        records = await self.db(self.store.find, teams=teams, limit=1_000_000)
+        instances = [i for i in self.instances.values() if teams is None or i.team in teams]
+        return team_usage(records, self.spokes, instances, self.clock(), since)
 
     def spoke_status(self, spoke: SpokeRecord, now: float) -> SpokeStatus:
         """Ready, suspect or lost."""

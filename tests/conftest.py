@@ -21,6 +21,7 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "burst": ("burst",),
     "faults": ("faults",),
     "windows": ("windows",),  # time windows in the policy
+    "security": ("security",),
 }
 
 
