@@ -14,14 +14,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Run as `python bench/fuzz.py`, the bench folder leads sys.path and bench/burst.py would shadow
-# the burst package; the repository root must be importable for tests.fuzzing.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
+# The fuzzer lives with the tests (tests/support/fuzzing.py): the repository root must be
+# importable when this runs as `python bench/fuzz.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpufed import logs  # noqa: E402
-from tests.fuzzing import fuzz_hub  # noqa: E402
+from gpufed import logs
+from tests.support.fuzzing import fuzz_hub
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Property-based fuzzing of a real hub: its REST API from /openapi.json, its NATS subjects.
 
-Used by `tests/integration/test_fuzz.py` (a bounded number of cases in `make test`) and by
+Used by `tests/integration/security/test_fuzz.py` (a bounded number of cases in `make test`) and by
 `bench/fuzz.py` (thousands). The hub runs as its own process over a real nats-server (no
 spokes: nothing fuzzed is ever executed), so a crash is a dead process, not a test exception.
 

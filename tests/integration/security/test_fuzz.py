@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.fuzzing import fuzz_hub
-
-pytestmark = [pytest.mark.integration, pytest.mark.security]
+from tests.support.fuzzing import fuzz_hub
 
 
 def test_fuzzed_api_and_nats_input_never_breaks_the_hub(tmp_path: Path) -> None:
