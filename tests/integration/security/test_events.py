@@ -7,7 +7,8 @@ import time
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
 from schemas import EventPhase, Phase, WorkloadEvent, subjects
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 
 def forged(spoke: str, workload: str, epoch: int, n: int, **extra: object) -> bytes:
@@ -49,8 +50,8 @@ async def test_events_from_the_wrong_spoke_subject_or_epoch_change_nothing(
         # An over-long reason (five of these grew one record to 4.5 MB) is refused outright.
         long = forged("eu-1", running, epoch, 4, reason="x" * 900_000)
         await bus.publish_durable(subjects.events("eu-1"), long, "f4")
-        await until(lambda: hub.counters["events_refused"] == 3, 10)
-        await until(lambda: hub.counters["malformed"] >= 1, 10)
+        await wait_until(lambda: hub.counters["events_refused"] == 3, 10, "3 refused events")
+        await wait_until(lambda: hub.counters["malformed"] >= 1, 10, "the long reason refused")
     finally:
         await bus.close()
     assert hub.counters["events_refused_wrong_spoke"] == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from bus.client import Bus, BusSettings
@@ -15,7 +14,8 @@ from schemas.burst import (
     InstanceState,
     Market,
 )
-from tests.integration.fed import InProcessFederation, until
+from tests.integration.fed import InProcessFederation
+from tests.support.wait import wait_until
 
 
 def launched(at: float) -> bytes:
@@ -58,16 +58,19 @@ async def test_spend_survives_a_restart_and_caps_the_team(
         # An instance launched a minute ago at $36/h: $0.60 so far.
         start = time.time() - 60
         await bus.publish_durable(BURST_INSTANCES, launched(start), "launch-1")
-        await until(lambda: False if fed.hub is None else "burst-t-1" in fed.hub.instances)
-        deadline = asyncio.get_running_loop().time() + 10
-        while await spend(fed) < 36.0 * 59 / 3600:
-            assert asyncio.get_running_loop().time() < deadline, await spend(fed)
-            await asyncio.sleep(0.1)
+        await wait_until(
+            lambda: fed.hub is not None and "burst-t-1" in fed.hub.instances, 10, "the launch"
+        )
+
+        async def accrued(at_least: float) -> bool:
+            return await spend(fed) >= at_least
+
+        await wait_until(lambda: accrued(36.0 * 59 / 3600), 10, "a minute of spend accrued")
         before = await spend(fed)
 
         await fed.stop("hub")
         await fed.start_hub()
-        await asyncio.sleep(0.5)  # a few accrual rounds of the new hub
+        await wait_until(lambda: accrued(before), 10, "the new hub to read the spend back")
         after = await spend(fed)
         # Kept, and not billed twice: only the seconds since the restart are added.
         assert before <= after < before + 36.0 * 30 / 3600
@@ -90,7 +93,7 @@ async def test_spend_survives_a_restart_and_caps_the_team(
                 and budget.teams["vision"].dollars_left_this_month == 0.0
             )
 
-        await until(capped, 10)
+        await wait_until(capped, 10, "the budget in the demand")
         entries = (await fed.api.get("/v1/audit", params={"action": "burst.launch"})).json()
         assert [(e["actor"], e["team"], e["target"]) for e in entries] == [
             ("burst", "vision", "burst-t-1")

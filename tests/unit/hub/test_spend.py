@@ -10,7 +10,7 @@ from burst.core.budget import with_hub_budget
 from hub.core.spend import accrue, burst_budget, month_of
 from hub.policyfile import policy_from_dict
 from schemas.burst import BurstBudget, InstanceEvent, InstanceState, Market, TeamBurstBudget
-from tests.unit.burst.builders import NOW, item, report
+from tests.unit.burst.core.builders import NOW, item, report
 
 pytestmark = pytest.mark.security
 
