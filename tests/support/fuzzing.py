@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from gpufed.up import Federation
 from schemas import subjects
 from schemas.burst import BURST_INSTANCES, BURST_STATE
@@ -218,7 +218,7 @@ def _fuzz_nats(fed: Federation, cases: int, seed: int, found: Findings) -> None:
         st.tuples(st.just("request"), st.just(BURST_STATE), _payload(samples["burst_state"])),
     )
     with _Loop() as loop:
-        bus = Bus(BusSettings(url=fed.nats.url, name="fuzz"))
+        bus = Bus(fed.client_settings("fuzz"))
         loop.run(bus.connect())
         counter = iter(range(10**9))
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from schemas import SubmitReply, subjects
 from tests.integration.fed import InProcessFederation
 
@@ -267,7 +267,7 @@ async def test_a_team_past_max_queued_gets_429(callers: Callers) -> None:
     assert refused.status_code == 429 and "max_queued" in refused.json()["message"]
     assert refused.json()["retryable"] is True
     # Over NATS too.
-    bus = Bus(BusSettings(url=callers.fed.nats_url))
+    bus = Bus(callers.fed.tool_settings())
     await bus.connect()
     try:
         msg = await bus.nc.request(subjects.SUBMIT, json.dumps(job(OWN, "nats")).encode(), 5)

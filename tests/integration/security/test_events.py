@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from bus.natsserver import EmbeddedNats
 from schemas import EventPhase, Phase, WorkloadEvent, subjects
 from tests.integration.fed import InProcessFederation, nodes
@@ -38,7 +38,7 @@ async def test_events_from_the_wrong_spoke_subject_or_epoch_change_nothing(
     epoch = record["epoch"]
     never = await fed.submit(name="waits", team="vision", gpu_model="B200", command=["true"])
 
-    bus = Bus(BusSettings(url=nats_server.url))
+    bus = Bus(fed.tool_settings())
     await bus.connect()
     try:
         # eu-2, on its own subject, claims eu-1's job finished.

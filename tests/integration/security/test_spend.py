@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from bus.natsserver import EmbeddedNats
 from schemas.burst import (
     BURST_DEMAND,
@@ -46,7 +46,7 @@ async def test_spend_survives_a_restart_and_caps_the_team(
     fed: InProcessFederation, nats_server: EmbeddedNats
 ) -> None:
     await fed.start_hub()
-    bus = Bus(BusSettings(url=nats_server.url))
+    bus = Bus(fed.tool_settings())
     await bus.connect()
     demands: list[DemandReport] = []
 
