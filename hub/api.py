@@ -58,8 +58,10 @@ _STATUS = {
     TooMany: 429,
 }
 
-#: Most workloads or audit entries one list call returns.
-MAX_LIMIT = 5000
+#: Most workloads one list call returns (`gpufed replay --from-hub` reads a whole history),
+#: and most audit entries.
+MAX_LIMIT = 1_000_000
+MAX_AUDIT_LIMIT = 10_000
 #: Path parameters are ids we mint: bounded, so a 1 MiB path is a 422, not a store query.
 _Id = Annotated[str, Path(max_length=64)]
 
@@ -228,7 +230,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         team: Annotated[str | None, Query(max_length=63)] = None,
         action: Annotated[str | None, Query(max_length=64)] = None,
         since: Annotated[float, Query(ge=0, le=1e11, allow_inf_nan=False)] = 0.0,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+        limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_LIMIT)] = 100,
     ) -> list[AuditOut]:
         teams = permitted_teams(who, Action.AUDIT)
         if team and teams is not None and team not in teams:
