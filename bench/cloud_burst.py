@@ -35,7 +35,6 @@ from nats.aio.msg import Msg
 
 from bus.client import Bus, BusSettings
 from gpufed import logs
-from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from schemas import subjects
 from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState
@@ -121,7 +120,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             if burst.poll() is not None:
                 raise RuntimeError(f"burst exited with {burst.returncode}; see {log}")
             await asyncio.sleep(0.1)
-        client = HubClient(fed.api_url)
+        client = fed.client()
         spike = time.time()
         ids = [
             client.submit(

@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from burst.catalog import Catalog
+from burst.core.budget import with_hub_budget
 from burst.core.model import BurstPlan, BurstPolicy, CloudInstance, Launch, PlannerState, Terminate
 from burst.core.planner import plan_burst
 from burst.core.state import accrue_spend, commit_plan, record_capacity_error
@@ -156,11 +157,13 @@ class BurstController:
         await self.credentials.revoke_pending(now)
         await self.credentials.renew_due({k: r.state for k, r in self.fleet.items()}, now)
         demand = self.demand or DemandReport(sent_at=now, seq=0)
+        # The hub's policy budgets (and the spend its store accrued) tighten our own limits.
+        policy = with_hub_budget(self.policy, demand.budget, self.planner_state.team_spend)
         plan = plan_burst(
             demand,
             self._cloud_fleet(now),
             self.catalog,
-            self.policy,
+            policy,
             self.planner_state,
             now,
             self.settings.id_prefix,

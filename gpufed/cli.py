@@ -54,7 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument(
         "--admin-token",
         default=os.environ.get("GPUFED_ADMIN_TOKEN"),
-        help="bearer token required to change the policy (default $GPUFED_ADMIN_TOKEN)",
+        help="a static admin bearer token beside the stored API tokens "
+        "(default $GPUFED_ADMIN_TOKEN; prefer `gpufed token create --store-url`)",
+    )
+    hub.add_argument(
+        "--oidc-config",
+        type=Path,
+        default=None,
+        help="YAML: OIDC issuer, JWKS file or URL, groups -> team roles (see docs/access.md)",
     )
     hub.add_argument("--suspect-after", type=float, default=15.0, help="s of silence: no new work")
     hub.add_argument("--lost-after", type=float, default=120.0, help="s of silence: move its work")
@@ -143,6 +150,7 @@ def _hub(args: argparse.Namespace) -> int:
         suspect_after_s=args.suspect_after,
         lost_after_s=args.lost_after,
         admin_token=args.admin_token,
+        oidc_config=args.oidc_config,
     )
     try:
         asyncio.run(serve_hub(settings))

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 DEFAULT_API = "http://127.0.0.1:8080"
+#: Where `gpufed up` (default --data-dir) writes its admin token.
+DEFAULT_TOKEN_FILE = Path(".gpufed/admin.token")
+
+
+def default_token() -> str | None:
+    """The bearer token the CLI sends: $GPUFED_TOKEN, else the file $GPUFED_TOKEN_FILE names,
+    else `gpufed up`'s `.gpufed/admin.token` when it exists, else none."""
+    for name in ("GPUFED_TOKEN", "GPUFED_ADMIN_TOKEN"):  # the second: older hubs' name
+        token = os.environ.get(name, "").strip()
+        if token:
+            return token
+    named = os.environ.get("GPUFED_TOKEN_FILE")
+    path = Path(named) if named else DEFAULT_TOKEN_FILE
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
 
 
 class ApiError(Exception):
@@ -20,9 +38,13 @@ class ApiError(Exception):
 
 
 class HubClient:
-    def __init__(self, base_url: str | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str | None = None, timeout_s: float = 10.0, token: str | None = None
+    ) -> None:
         self.base_url = (base_url or os.environ.get("GPUFED_API") or DEFAULT_API).rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        token = token or default_token()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
 
     def close(self) -> None:
         self._http.close()
@@ -70,9 +92,33 @@ class HubClient:
     def policy(self) -> dict[str, Any]:
         return self._call("GET", "/v1/policy")  # type: ignore[no-any-return]
 
-    def set_policy(self, policy: dict[str, Any], token: str | None = None) -> dict[str, Any]:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return self._call("PUT", "/v1/policy", json=policy, headers=headers)  # type: ignore[no-any-return]
+    def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", "/v1/policy", json=policy)  # type: ignore[no-any-return]
+
+    def create_token(
+        self, user: str, role: str, team: str | None, ttl_s: float | None = None
+    ) -> dict[str, Any]:
+        body = {"user": user, "role": role, "team": team, "ttl_s": ttl_s}
+        return self._call("POST", "/v1/tokens", json=body)  # type: ignore[no-any-return]
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/tokens")  # type: ignore[no-any-return]
+
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/tokens/{token_id}")  # type: ignore[no-any-return]
+
+    def audit(
+        self, team: str | None = None, action: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if team:
+            params["team"] = team
+        if action:
+            params["action"] = action
+        return self._call("GET", "/v1/audit", params=params)  # type: ignore[no-any-return]
+
+    def whoami(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/whoami")  # type: ignore[no-any-return]
 
     def burst_instances(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/burst/instances")  # type: ignore[no-any-return]
@@ -94,5 +140,10 @@ class HubClient:
                 message, code = body.get("message", response.text), body.get("code", "")
             except ValueError:
                 message, code = response.text, ""
+            if response.status_code == 401:
+                message += (
+                    " (set GPUFED_TOKEN to an API token, or GPUFED_TOKEN_FILE to a file holding"
+                    " one; `gpufed up` writes its admin token to <data-dir>/admin.token)"
+                )
             raise ApiError(message, code=code, status=response.status_code)
         return response.json()

@@ -24,6 +24,13 @@ def add_client_commands(sub: Any) -> None:
     def command(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> Any:
         parser = sub.add_parser(name, help=help_text)
         parser.add_argument("--api", default=None, help="hub URL (default $GPUFED_API or :8080)")
+        parser.add_argument(
+            "--token-file",
+            type=Path,
+            default=None,
+            help="file holding the bearer token (default $GPUFED_TOKEN, $GPUFED_TOKEN_FILE, "
+            "else .gpufed/admin.token when it exists)",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON")
         parser.set_defaults(func=_guarded(func))
         return parser
@@ -39,6 +46,13 @@ def add_client_commands(sub: Any) -> None:
     submit.add_argument("--fraction", type=float, dest="gpu_fraction")
     submit.add_argument("--region", action="append", dest="regions", help="required region")
     submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    submit.add_argument(
+        "--secret-env",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="an environment variable of this shell passed on as a secret: never shown back",
+    )
     submit.add_argument("--max-runtime", type=int, dest="max_runtime_s")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="-- program and arguments")
 
@@ -58,7 +72,6 @@ def add_client_commands(sub: Any) -> None:
     policy = command("policy", "show the policy in force, or set a new one (admin)", _policy)
     policy.add_argument("action", choices=["show", "set"])
     policy.add_argument("file", nargs="?", type=Path, help="policy YAML (for set)")
-    policy.add_argument("--token", default=os.environ.get("GPUFED_ADMIN_TOKEN"))
     policy.add_argument(
         "--at",
         default=None,
@@ -83,10 +96,21 @@ def add_client_commands(sub: Any) -> None:
     top.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
+    from gpufed.token_cmd import add_token_commands
+
+    add_token_commands(sub, command)
+
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        client = HubClient(args.api)
+        token = None
+        if args.token_file is not None:
+            try:
+                token = args.token_file.read_text().strip()
+            except OSError as exc:
+                print(f"gpufed: cannot read --token-file: {exc}", file=sys.stderr)
+                return 1
+        client = HubClient(args.api, token=token)
         args.client = client
         try:
             return func(args)
@@ -118,6 +142,12 @@ def _submit(args: argparse.Namespace) -> int:
         spec.setdefault("affinity", {})["required_regions"] = args.regions
     if args.env:
         spec.setdefault("env", {}).update(dict(e.split("=", 1) for e in args.env if "=" in e))
+    for key in args.secret_env:
+        # The value comes from this shell, never from argv, where other users could read it.
+        if key not in os.environ:
+            print(f"gpufed: --secret-env {key}: not set in this environment", file=sys.stderr)
+            return 1
+        spec.setdefault("env", {})[key] = {"value": os.environ[key], "secret": True}
     command = [c for c in args.command if c != "--"] if args.command else []
     if command:
         spec["command"] = command
@@ -218,7 +248,7 @@ def _policy(args: argparse.Namespace) -> int:
     if not isinstance(document, dict):
         print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
         return 1
-    result = args.client.set_policy(document, token=args.token)
+    result = args.client.set_policy(document)
     print(f"policy in force: {len(result.get('teams', []))} teams")
     return 0
 

@@ -65,9 +65,9 @@ def demo_specs() -> list[dict[str, Any]]:
 RELEASE_TIMEOUT_S = 60.0
 
 
-def run_demo(api_url: str) -> tuple[int, int]:
+def run_demo(api_url: str, token: str | None = None) -> tuple[int, int]:
     """Submit the demo jobs, wait for them, print the summary: (succeeded, submitted)."""
-    client = HubClient(api_url)
+    client = HubClient(api_url, token=token)
     try:
         return _run(client)
     except ApiError as exc:

@@ -53,6 +53,14 @@ FLEET = (
 #: A piece that dies is started again after 0.5 s, 1 s, 2 s ... at most 10 s apart, for ever.
 RESTART_BACKOFF = Backoff(base_s=0.5, cap_s=10.0, reset_after_s=60.0)
 
+#: The policy a new embedded federation starts with: every team may burst onto the simulated
+#: cloud, within a budget. (A real hub's default lets no unlisted team burst.) Seeded into the
+#: store on first start only, so `gpufed policy set` changes survive restarts.
+UP_POLICY: dict[str, object] = {
+    "default_team": {"may_burst": True},
+    "burst": {"dollars_per_hour": 250.0},
+}
+
 #: Burst timings of the demo: rent after 3 s of unplaceable demand, give back after 6 s idle.
 DEMO_BURST = (
     "--tick", "0.5", "--burst-after", "3", "--idle-ttl", "6", "--cooldown", "5",
@@ -74,12 +82,15 @@ class Federation:
         burst_args: tuple[str, ...] | None = None,
         backoff: Backoff = RESTART_BACKOFF,
         tls: bool = False,
+        policy: dict[str, object] | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
         self.hub_args = hub_args
         self.spoke_args = spoke_args
         self.burst_args = burst_args  # None: no burst controller
+        self.policy = UP_POLICY if policy is None else policy
+        self.admin_token = ""  # minted (or read back) by start()
         self.api_port = api_port or free_port()
         # NATS always runs with auth: every process gets its own confined credential as a
         # file only its owner reads (never in argv); with `tls` clients also check a local CA.
@@ -102,6 +113,11 @@ class Federation:
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
+    @property
+    def token_file(self) -> Path:
+        """Where the admin token is kept (mode 0600); the CLI reads it from here."""
+        return self.data_dir / "admin.token"
+
     def start(self, timeout_s: float = 60.0) -> None:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         self._start_nats()
@@ -111,6 +127,29 @@ class Federation:
         if self.burst_args is not None:
             self.start_burst()
         self.wait_ready(timeout_s)
+
+    def bootstrap(self) -> str:
+        """Bring the hub's store up to date, seed the policy on first start, and return the
+        admin token (minted on first start and written to `token_file`)."""
+        from hub.authstore import AuthStore
+        from hub.service import POLICY_KEY
+        from hub.store import Store
+        from hub.tokens import ensure_admin_token
+
+        store = Store.sqlite(self.data_dir / "hub" / "hub.db")
+        try:
+            if store.get_setting(POLICY_KEY) is None and self.policy:
+                from hub.policyfile import policy_from_dict, policy_to_dict
+
+                document = json.dumps(policy_to_dict(policy_from_dict(dict(self.policy))))
+                store.put_setting(POLICY_KEY, document, time.time())
+            return ensure_admin_token(AuthStore(store.engine), self.token_file, time.time())
+        finally:
+            store.close()
+
+    def client(self, timeout_s: float = 10.0) -> HubClient:
+        """A REST client of this federation's hub, with the admin token."""
+        return HubClient(self.api_url, timeout_s=timeout_s, token=self.admin_token)
 
     def start_burst(self) -> None:
         """The burst controller with the local provider: cloud spokes are local processes."""
@@ -134,6 +173,8 @@ class Federation:
         return self.data_dir / "burst"
 
     def start_hub(self) -> None:
+        if not self.admin_token:  # the first start: store schema, policy seed, admin token
+            self.admin_token = self.bootstrap()
         self._spawn(
             "hub",
             [
@@ -218,7 +259,7 @@ class Federation:
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until the API answers and every spoke has reported."""
-        client = HubClient(self.api_url, timeout_s=2.0)
+        client = self.client(timeout_s=2.0)
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
@@ -361,7 +402,7 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False) -> int:
         if demo:
             from gpufed.demo import run_demo
 
-            result = run_demo(fed.api_url)
+            result = run_demo(fed.api_url, fed.admin_token)
             return 0 if result[0] == result[1] else 1
         print("Ctrl-C stops everything; a piece that dies is started again.")
         while True:
@@ -384,6 +425,7 @@ def _banner(fed: Federation) -> None:
     print(f"  NATS    {fed.nats.url}   (per-process credentials in {fed.secrets_dir})")
     print(f"  API     {fed.api_url}   (export GPUFED_API={fed.api_url})")
     print(f"  console {fed.api_url}/   metrics {fed.api_url}/metrics")
+    print(f"  token   {fed.token_file}   (admin; export GPUFED_TOKEN_FILE={fed.token_file})")
     for s in fed.fleet:
         print(f"  spoke   {s.id:6} region {s.region}: {s.nodes} node(s) x {s.gpus} {s.model}")
     print("  burst   local provider: cloud spokes appear for demand no spoke can serve")

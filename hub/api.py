@@ -1,16 +1,33 @@
-"""REST API of the hub (JSON over HTTP)."""
+"""REST API of the hub (JSON over HTTP).
+
+Every `/v1` route but `/v1/health` needs a bearer token (`hub.auth`); what the caller may do
+is decided per team by `hub.core.access`, and every mutating call is audited (`hub.audit`).
+Request and response bodies are typed (`hub.apimodels`), so /openapi.json carries them.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hub.apideps import ApiSecurity, Caller
+from hub.apimodels import (
+    AuditOut,
+    ErrorOut,
+    HealthOut,
+    SpokeOut,
+    WhoAmI,
+    WorkloadOut,
+    error_responses,
+)
 from hub.console import mount_console
+from hub.core.access import Action, Principal, allowed, permitted_teams
 from hub.errors import (
     Conflict,
     Forbidden,
@@ -18,14 +35,18 @@ from hub.errors import (
     InvalidPolicy,
     InvalidWorkload,
     NotFound,
+    TooMany,
+    Unauthenticated,
     Unavailable,
 )
-from hub.handlers import validation_error
+from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
-from hub.policyfile import policy_to_dict
+from hub.policyfile import PolicyDocument, policy_to_dict
 from hub.records import WorkloadRecord
 from hub.service import HubService
-from schemas import ErrorReply, Phase, WorkloadSpec
+from hub.tokenapi import add_token_routes
+from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
+from schemas.burst import InstanceEvent
 
 log = structlog.get_logger(__name__)
 
@@ -36,149 +57,304 @@ _STATUS = {
     Conflict: 409,
     Forbidden: 403,
     Unavailable: 503,
+    TooMany: 429,
 }
 
+#: Most workloads one list call returns (`gpufed replay --from-hub` reads a whole history),
+#: and most audit entries.
+MAX_LIMIT = 1_000_000
+MAX_AUDIT_LIMIT = 10_000
+#: Path parameters are ids we mint: bounded, so a 1 MiB path is a 422, not a store query.
+_Id = Annotated[str, Path(max_length=64)]
 
-def create_app(hub: HubService) -> FastAPI:
-    """The FastAPI app serving `hub`."""
-    app = FastAPI(title="gpufed hub", version="1")
+
+def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
+    """The FastAPI app serving `hub`, wrapped in the body limits (413 / 422 before parsing)."""
+    app = FastAPI(
+        title="gpufed hub",
+        version="1",
+        responses=error_responses(401, 422),
+    )
+    app.state.security = sec
+
+    def _out(record: WorkloadRecord) -> WorkloadOut:
+        queued = record.phase == Phase.QUEUED
+        return WorkloadOut.of(
+            record,
+            priority=hub.policy.priority(record.spec.priority_class),
+            position=hub.positions.get(record.id) if queued else None,
+        )
+
+    @app.exception_handler(Unauthenticated)
+    async def _unauthenticated(_request: Request, exc: Unauthenticated) -> JSONResponse:
+        response = _error(401, exc.code, exc.message)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="gpufed"'
+        return response
 
     @app.exception_handler(HubError)
     async def _hub_error(_request: Request, exc: HubError) -> JSONResponse:
-        return _error(_STATUS.get(type(exc), 400), exc.reply())
+        status = _STATUS.get(type(exc), 400)
+        return _error(status, exc.code, exc.message, exc.field, exc.retryable)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first: dict[str, Any] = dict(exc.errors()[0]) if exc.errors() else {"loc": ()}
+        if first.get("type") == "json_invalid":
+            why = (first.get("ctx") or {}).get("error", first.get("msg", ""))
+            return _error(400, "invalid_json", f"body is not JSON: {why}")
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        field = ".".join(loc) or None
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        more = len(exc.errors()) - 1
+        text = f"{field}: {message}" if field else message
+        if more:
+            text += f" (and {more} more problem{'s' if more > 1 else ''})"
+        code = "invalid_policy" if request.url.path == "/v1/policy" else "invalid_workload"
+        return _error(422, code, text[:2000], field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, "http_error", str(exc.detail))
 
     @app.exception_handler(Exception)
     async def _internal(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("api_failed", error=str(exc))
-        return _error(500, ErrorReply(code="internal", message="the hub failed; see its log"))
+        log.exception("api_failed", error=type(exc).__name__)
+        return _error(500, "internal", "the hub failed; see its log")
 
-    @app.post("/v1/workloads", status_code=201)
-    async def submit(request: Request) -> Any:
-        body = await request.body()
+    @app.post(
+        "/v1/workloads",
+        status_code=201,
+        response_model=WorkloadOut,
+        responses=error_responses(403, 429),
+    )
+    async def submit(spec: WorkloadSpec, who: Caller) -> WorkloadOut:
+        what = f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s)"
+        if not allowed(who, Action.SUBMIT, spec.team):
+            await sec.auditor.record(who, "submit", team=spec.team, result="denied", detail=what)
+            raise Forbidden(_refusal(who, "submit work for", spec.team), field="team")
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}"))
-        try:
-            spec = WorkloadSpec.model_validate(data)
-        except ValidationError as exc:
-            hub.metrics.rejections.labels("submit").inc()
-            return _error(422, validation_error(exc))
-        record = await hub.submit(spec)
-        return JSONResponse(status_code=201, content=_workload_json(hub, record))
+            record = await hub.submit(spec)
+        except HubError as exc:
+            await sec.auditor.record(
+                who, "submit", team=spec.team, result=exc.code, detail=exc.message
+            )
+            raise
+        await sec.auditor.record(who, "submit", team=spec.team, target=record.id, detail=what)
+        return _out(record)
 
-    @app.post("/v1/workloads:batch")
-    async def submit_batch(request: Request) -> Any:
+    @app.post(
+        "/v1/workloads:batch",
+        responses={200: {"model": SubmitBatchReply}, **error_responses(403, 413)},
+        # The body is read raw (each spec is validated on its own), so say what it holds.
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/WorkloadSpec"},
+                            "maxItems": MAX_BATCH,
+                        }
+                    }
+                },
+            }
+        },
+    )
+    async def submit_batch(request: Request, who: Caller) -> Any:
         """Up to MAX_BATCH specs (a JSON list, or {"workloads": [...]}), stored together.
 
         200 with one result per spec, in order (each stands or falls alone); 400 or 413 when
-        the batch as a whole is refused.
+        the batch as a whole is refused; 403 naming the first team the caller may not submit
+        for (nothing is stored then).
         """
-        reply = await hub.handlers.submit_batch(await request.body())
+        body = await request.body()
+        for team in _batch_teams(body):
+            if not allowed(who, Action.SUBMIT, team):
+                await sec.auditor.record(who, "submit", team=team, result="denied", detail="batch")
+                raise Forbidden(_refusal(who, "submit work for", team), field="team")
+        reply = await hub.handlers.submit_batch(body)
         if reply.error is not None:
             status = 413 if reply.error.code == "batch_too_large" else 400
-            return _error(status, reply.error)
+            return _error(status, reply.error.code, reply.error.message, reply.error.field)
+        stored = sum(1 for r in reply.results if r.workload_id)
+        await sec.auditor.record(who, "submit", target="batch", detail=f"{stored} workloads")
         return reply.model_dump(mode="json", exclude={"schema_version", "error"})
 
-    @app.get("/v1/workloads")
+    @app.get("/v1/workloads", response_model=list[WorkloadOut], responses=error_responses(403))
     async def list_workloads(
-        team: str | None = None, phase: str | None = None, limit: int = 500
-    ) -> Any:
-        phases: list[Phase] = []
-        for name in (phase or "").split(","):
-            if not name:
-                continue
-            try:
-                phases.append(Phase(name))
-            except ValueError:
-                known = ", ".join(p.value for p in Phase)
-                raise InvalidWorkload(
-                    f"unknown phase {name!r} (known: {known})", field="phase"
-                ) from None
-        records = await hub.find_workloads(team=team, phases=phases, limit=limit)
-        return [_workload_json(hub, r) for r in records]
+        who: Caller,
+        team: Annotated[str | None, Query(max_length=63)] = None,
+        phase: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 500,
+    ) -> list[WorkloadOut]:
+        phases = _phases(phase)
+        visible = permitted_teams(who, Action.READ)
+        if team and visible is not None and team not in visible:
+            raise Forbidden(_refusal(who, "see the work of", team), field="team")
+        teams = [team] if team else (None if visible is None else sorted(visible))
+        if teams == []:
+            return []
+        records = await hub.find_workloads(teams=teams, phases=phases, limit=limit)
+        return [_out(r) for r in records]
 
-    @app.get("/v1/workloads/{workload_id}")
-    async def get_workload(workload_id: str) -> Any:
-        return _workload_json(hub, await hub.get_workload(workload_id))
+    @app.get(
+        "/v1/workloads/{workload_id}",
+        response_model=WorkloadOut,
+        responses=error_responses(403, 404),
+    )
+    async def get_workload(workload_id: _Id, who: Caller) -> WorkloadOut:
+        record = await _workload(hub, workload_id)
+        if not allowed(who, Action.READ, record.spec.team):
+            raise Forbidden(_refusal(who, "see the work of", record.spec.team), field="team")
+        return _out(record)
 
-    @app.delete("/v1/workloads/{workload_id}", status_code=202)
-    async def cancel(workload_id: str) -> Any:
-        return _workload_json(hub, await hub.cancel(workload_id))
+    @app.delete(
+        "/v1/workloads/{workload_id}",
+        status_code=202,
+        response_model=WorkloadOut,
+        responses=error_responses(403, 404, 409),
+    )
+    async def cancel(workload_id: _Id, who: Caller) -> WorkloadOut:
+        record = await _workload(hub, workload_id)
+        team = record.spec.team
+        if not allowed(who, Action.CANCEL, team):
+            await sec.auditor.record(who, "cancel", team=team, target=workload_id, result="denied")
+            raise Forbidden(_refusal(who, "cancel the work of", team), field="team")
+        try:
+            cancelled = await hub.cancel(workload_id)
+        except HubError as exc:
+            await sec.auditor.record(
+                who, "cancel", team=team, target=workload_id, result=exc.code, detail=exc.message
+            )
+            raise
+        await sec.auditor.record(
+            who, "cancel", team=team, target=workload_id, detail=cancelled.phase.value
+        )
+        return _out(cancelled)
 
-    @app.get("/v1/spokes")
-    async def spokes() -> Any:
+    @app.get("/v1/spokes", response_model=list[SpokeOut])
+    async def spokes(who: Caller) -> list[SpokeOut]:
         now = hub.clock()
-        return [_spoke_json(hub, sid, now) for sid in sorted(hub.spokes)]
+        return [_spoke(hub, sid, now) for sid in sorted(hub.spokes)]
 
-    @app.get("/v1/burst/instances")
-    async def burst_instances() -> Any:
-        return [e.model_dump(mode="json") for e in hub.instances.values()]
+    @app.get("/v1/burst/instances", response_model=list[InstanceEvent])
+    async def burst_instances(who: Caller) -> list[InstanceEvent]:
+        teams = permitted_teams(who, Action.READ)
+        return [e for e in hub.instances.values() if teams is None or e.team in teams]
 
-    @app.get("/v1/policy")
-    async def get_policy() -> Any:
+    @app.get("/v1/policy", response_model=PolicyDocument)
+    async def get_policy(who: Caller) -> Any:
         return policy_to_dict(hub.policy)
 
-    @app.put("/v1/policy")
-    async def put_policy(request: Request) -> Any:
-        token = hub.settings.admin_token
-        if token and request.headers.get("authorization") != f"Bearer {token}":
-            raise Forbidden("changing the policy needs the admin token (Authorization: Bearer)")
+    @app.put("/v1/policy", response_model=PolicyDocument, responses=error_responses(403))
+    async def put_policy(document: PolicyDocument, who: Caller) -> Any:
+        if not who.admin:
+            await sec.auditor.record(who, "policy.set", result="denied")
+            raise Forbidden(f"{who.user} may not change the policy (it needs admin)")
         try:
-            data = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}"))
-        if not isinstance(data, dict):
-            raise InvalidPolicy("the policy must be a JSON object")
-        return policy_to_dict(await hub.set_policy(data))
+            policy = await hub.set_policy(document.model_dump(exclude_unset=True))
+        except HubError as exc:
+            await sec.auditor.record(who, "policy.set", result=exc.code, detail=exc.message)
+            raise
+        await sec.auditor.record(who, "policy.set", detail=f"{len(policy.teams)} teams")
+        return policy_to_dict(policy)
 
-    @app.get("/v1/health")
-    async def health() -> Any:
-        return hub.health()
+    @app.get("/v1/audit", response_model=list[AuditOut], responses=error_responses(403))
+    async def audit(
+        who: Caller,
+        team: Annotated[str | None, Query(max_length=63)] = None,
+        action: Annotated[str | None, Query(max_length=64)] = None,
+        since: Annotated[float, Query(ge=0, le=1e11, allow_inf_nan=False)] = 0.0,
+        limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_LIMIT)] = 100,
+    ) -> list[AuditOut]:
+        teams = permitted_teams(who, Action.AUDIT)
+        if team and teams is not None and team not in teams:
+            raise Forbidden(_refusal(who, "read the audit log of", team), field="team")
+        if teams is not None and not teams:
+            raise Forbidden(f"{who.user} reads no team's audit log (it needs team-admin)")
+        scope = [team] if team else (None if teams is None else sorted(teams))
+        return await hub.db(sec.store.audit, teams=scope, action=action, since=since, limit=limit)
 
-    add_observability_routes(app, hub)
+    @app.get("/v1/whoami", response_model=WhoAmI)
+    async def whoami(who: Caller) -> WhoAmI:
+        return WhoAmI.of(who)
+
+    add_token_routes(app)
+    add_observability_routes(app, hub, sec)
     mount_console(app)
+
+    @app.get("/v1/health", response_model=HealthOut)
+    async def health() -> HealthOut:
+        return HealthOut.model_validate(hub.health())
+
+    app.add_middleware(BodyLimits)
     return app
 
 
-def _error(status: int, error: ErrorReply) -> JSONResponse:
-    body = error.model_dump(mode="json", exclude={"schema_version"})
-    return JSONResponse(status_code=status, content=body)
+def _refusal(who: Principal, what: str, team: str) -> str:
+    return f"{who.user} may not {what} team {team}"
 
 
-def _workload_json(hub: HubService, record: WorkloadRecord) -> dict[str, Any]:
-    data = record.model_dump(mode="json")
-    data["priority"] = hub.policy.priority(record.spec.priority_class)
-    data["position"] = hub.positions.get(record.id) if record.phase == Phase.QUEUED else None
-    data["wait_s"] = (
-        None if record.started_at is None else round(record.started_at - record.submitted_at, 3)
-    )
-    data["run_s"] = (
-        None
-        if record.started_at is None or record.finished_at is None
-        else round(record.finished_at - record.started_at, 3)
-    )
-    return data
+def _phases(phase: str | None) -> list[Phase]:
+    phases: list[Phase] = []
+    for name in (phase or "").split(","):
+        if not name:
+            continue
+        try:
+            phases.append(Phase(name))
+        except ValueError:
+            known = ", ".join(p.value for p in Phase)
+            raise InvalidWorkload(
+                f"unknown phase {name[:64]!r} (known: {known})", field="phase"
+            ) from None
+    return phases
 
 
-def _spoke_json(hub: HubService, spoke_id: str, now: float) -> dict[str, Any]:
+def _batch_teams(body: bytes) -> list[str]:
+    """The teams a batch body names, in first-seen order (what it may be refused for)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return []  # submit_batch answers for the body itself
+    items = data.get("workloads") if isinstance(data, dict) else data
+    teams: dict[str, None] = {}
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("team"), str):
+            teams[item["team"]] = None
+    return list(teams)
+
+
+async def _workload(hub: HubService, workload_id: str) -> WorkloadRecord:
+    return await hub.get_workload(workload_id)
+
+
+def _error(
+    status: int, code: str, message: str, field: str | None = None, retryable: bool = False
+) -> JSONResponse:
+    body = ErrorOut(code=code, message=message, field=field, retryable=retryable)
+    return JSONResponse(status_code=status, content=body.model_dump())
+
+
+def _spoke(hub: HubService, spoke_id: str, now: float) -> SpokeOut:
     spoke = hub.spokes[spoke_id]
     report = spoke.report
-    age = now - spoke.last_seen
     gpus: dict[str, dict[str, float]] = {}
     for node in report.nodes if report else ():
         entry = gpus.setdefault(node.gpu_model, {"total": 0, "free": 0})
         entry["total"] += node.gpu_count
         if node.schedulable:  # a cordoned node's idle GPUs are not on offer
             entry["free"] += len(node.free_devices) + sum(node.device_free_fraction.values())
-    return {
-        "id": spoke.id,
-        "region": spoke.region,
-        "kind": spoke.kind,
-        "status": hub.spoke_status(spoke, now).value,
-        "last_seen_s_ago": round(age, 1),
-        "nodes": len(report.nodes) if report else 0,
-        "gpus": gpus,
-        "running": len(report.running) if report else 0,
-        "labels": dict(report.labels) if report else {},
-    }
+    return SpokeOut.model_validate(
+        {
+            "id": spoke.id,
+            "region": spoke.region,
+            "kind": spoke.kind,
+            "status": hub.spoke_status(spoke, now).value,
+            "last_seen_s_ago": round(now - spoke.last_seen, 1),
+            "nodes": len(report.nodes) if report else 0,
+            "gpus": gpus,
+            "running": len(report.running) if report else 0,
+            "labels": dict(report.labels) if report else {},
+        }
+    )

@@ -38,3 +38,16 @@ class InvalidPolicy(HubError):
 
 class Forbidden(HubError):
     code = "forbidden"
+
+
+class Unauthenticated(HubError):
+    """No bearer token, or one the hub does not accept (401)."""
+
+    code = "unauthenticated"
+
+
+class TooMany(HubError):
+    """A per-team cap is reached (429); try again once some of the team's work has left."""
+
+    code = "too_many_queued"
+    retryable = True

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from hub import transitions
 from hub.core import lifecycle
+from hub.core.fencing import SUSPICIOUS, EventRefusal, refuse_event
 from hub.core.lifecycle import Event
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
@@ -78,6 +79,7 @@ class Handlers:
 
     async def answer_submit(self, msg: Msg) -> None:
         """Take one submission and answer it."""
+        spec: WorkloadSpec | None = None
         try:
             spec = WorkloadSpec.model_validate_json(msg.data)
             record = await self._submit(spec)
@@ -95,6 +97,10 @@ class Handlers:
             log.exception("submit_failed")
             error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
             reply = SubmitReply(ok=False, error=error)
+        if spec is not None:
+            result = "ok" if reply.ok or reply.error is None else reply.error.code
+            for listener in self.state.submit_listeners:
+                await listener(spec, reply.workload_id, result)
         if msg.reply:
             await msg.respond(reply.model_dump_json().encode())
 
@@ -219,12 +225,15 @@ class Handlers:
             await msg.ack()
             return
         state = self.state
+        previous = state.instances.get(event.burst_id)
         bill = accrue_bill(state.bills.get(event.burst_id), event)
         await state.db(state.store.save_instance, event)
         if bill != state.bills.get(event.burst_id):
             await state.db(state.store.save_bill, bill)
         state.instances[event.burst_id] = event
         state.bills[event.burst_id] = bill
+        for listener in state.instance_listeners:
+            await listener(previous, event)
         await msg.ack()
         log.info(
             "burst_instance",
@@ -265,28 +274,34 @@ class Handlers:
 
         Each is acked once the batch is saved; a failed save acks none, so all come back.
         """
-        events: list[WorkloadEvent] = []
+        events: list[tuple[str, WorkloadEvent]] = []
         for msg in msgs:
             try:
-                events.append(WorkloadEvent.model_validate_json(msg.data))
+                events.append((msg.subject, WorkloadEvent.model_validate_json(msg.data)))
             except ValidationError as exc:
                 self._malformed(msg, exc)
         state = self.state
         async with state.lock:
             changed: dict[str, WorkloadRecord] = {}
-            for event in events:
+            for subject, event in events:
                 record = state.workloads.get(event.workload_id)
                 live = record.lifecycle.live if record is not None else None
-                if record is None or live is None or event.epoch != live.epoch:
-                    # Fencing: an event of an attempt that is not the live one changes nothing.
-                    state.counters["events_stale"] += 1
-                    state.metrics.dropped.labels("stale").inc()
-                    log.info(
-                        "event_ignored",
-                        workload=event.workload_id,
-                        epoch=event.epoch,
-                        phase=event.phase.value,
-                    )
+                attempt = next(
+                    (a for a in (record.attempts if record else ()) if a.epoch == event.epoch),
+                    None,
+                )
+                refusal = refuse_event(
+                    subject_spoke=subjects.spoke_from_subject(subject),
+                    event_spoke=event.spoke_id,
+                    event_epoch=event.epoch,
+                    known=record is not None,
+                    latest_epoch=record.epoch if record is not None else 0,
+                    attempt_spoke=attempt.spoke_id if attempt is not None else None,
+                    attempt_live=attempt is not None and attempt.live,
+                )
+                if record is None or live is None or refusal is not None:
+                    # Fencing and origin: only the spoke holding the live attempt is heard.
+                    self._event_refused(subject, event, refusal)
                 elif self._apply_event(record, event):
                     changed[record.id] = record
             if changed:
@@ -297,8 +312,34 @@ class Handlers:
         for msg in msgs:
             await msg.ack()
         state.counters["events"] += len(events)
-        if any(e.phase != EventPhase.RUNNING for e in events):
+        if any(e.phase != EventPhase.RUNNING for _, e in events):
             state.trigger()  # devices freed or work requeued; a start changes no plan
+
+    def _event_refused(
+        self, subject: str, event: WorkloadEvent, refusal: EventRefusal | None
+    ) -> None:
+        counters = self.state.counters
+        counters["events_stale"] += 1
+        if refusal is None or refusal not in SUSPICIOUS:
+            self.state.metrics.dropped.labels("stale").inc()
+            log.info(
+                "event_ignored",
+                workload=event.workload_id,
+                epoch=event.epoch,
+                phase=event.phase.value,
+            )
+            return
+        self.state.metrics.dropped.labels("forged").inc()
+        counters["events_refused"] += 1
+        counters[f"events_refused_{refusal.value}"] += 1
+        log.warning(
+            "event_refused",
+            reason=refusal.value,
+            subject=subject,
+            spoke=event.spoke_id,
+            workload=event.workload_id,
+            epoch=event.epoch,
+        )
 
     def _apply_event(self, w: WorkloadRecord, event: WorkloadEvent) -> bool:
         """Move a workload on from its spoke's event; False if the event changes nothing."""

@@ -491,6 +491,54 @@ def _v6_instance_bills(conn: Connection) -> None:
         )
 
 
+def _v7_tokens_audit_spend(conn: Connection) -> None:
+    """api_tokens (hashed), audit_log (append-only), burst_spend and burst_accrual."""
+    metadata = MetaData()
+    tokens = Table(
+        "api_tokens",
+        metadata,
+        Column("id", String, primary_key=True),
+        Column("user_name", String, nullable=False),
+        Column("team", String, nullable=True),
+        Column("role", String, nullable=False),
+        Column("secret_hash", String, nullable=False),
+        Column("created_at", Float, nullable=False),
+        Column("created_by", String, nullable=False),
+        Column("expires_at", Float, nullable=True),
+        Column("revoked_at", Float, nullable=True),
+    )
+    audit = Table(
+        "audit_log",
+        metadata,
+        Column("seq", Integer, primary_key=True, autoincrement=True),
+        Column("at", Float, nullable=False),
+        Column("actor", String, nullable=False),
+        Column("role", String, nullable=False),
+        Column("action", String, nullable=False),
+        Column("team", String, nullable=True),
+        Column("target", String, nullable=False),
+        Column("result", String, nullable=False),
+        Column("detail", String, nullable=False),
+    )
+    spend = Table(
+        "burst_spend",
+        metadata,
+        Column("team", String, primary_key=True),
+        Column("month", String, primary_key=True),
+        Column("dollars", Float, nullable=False),
+    )
+    accrual = Table(
+        "burst_accrual",
+        metadata,
+        Column("burst_id", String, primary_key=True),
+        Column("accrued_until", Float, nullable=False),
+    )
+    for table in (tokens, audit, spend, accrual):
+        table.create(conn)
+    Index("ix_audit_log_team", audit.c.team).create(conn)
+    Index("ix_audit_log_at", audit.c.at).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "workloads, decisions and spokes", _v1_tables),
     Migration(
@@ -502,5 +550,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "hub_settings", _v4_settings),
     Migration(5, "attempts (backfilled from workload history)", _v5_attempts),
     Migration(6, "instance_bills", _v6_instance_bills),
+    Migration(7, "api_tokens, audit_log, burst_spend, burst_accrual", _v7_tokens_audit_spend),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

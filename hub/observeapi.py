@@ -11,7 +11,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from hub.errors import InvalidWorkload, NotFound
+from hub.apideps import ApiSecurity, Caller
+from hub.core.access import Action, Principal, allowed, permitted_teams
+from hub.errors import Forbidden, InvalidWorkload, NotFound
 from hub.logs import fetch_log
 from hub.metrics import CONTENT_TYPE
 from hub.service import HubService
@@ -19,14 +21,28 @@ from hub.usage import GroupBy
 from schemas.logs import MAX_LOG_BYTES
 
 
-def add_observability_routes(app: FastAPI, hub: HubService) -> None:
-    """Add /metrics, /v1/usage, /v1/usage/series, /v1/teams and /v1/workloads/{id}/log."""
+def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) -> None:
+    """Add /metrics, /v1/usage, /v1/usage/series, /v1/teams and /v1/workloads/{id}/log.
+
+    Usage needs team-admin of the teams it shows (admin: all); a log and the teams view need
+    read access; /metrics needs no token (it names teams and spokes, never workloads).
+    """
+
+    def usage_scope(who: Principal) -> list[str] | None:
+        teams = permitted_teams(who, Action.USAGE)
+        if teams is not None and not teams:
+            raise Forbidden(f"{who.user} sees no team's usage (it needs team-admin)")
+        return None if teams is None else sorted(teams)
 
     @app.get("/v1/workloads/{workload_id}/log")
     async def workload_log(
-        workload_id: str, offset: int | None = None, max_bytes: int = 64 * 1024
+        workload_id: str, who: Caller, offset: int | None = None, max_bytes: int = 64 * 1024
     ) -> Any:
-        record = await hub.get_workload(workload_id)
+        record = await hub.get_workload(workload_id[:64])
+        if not allowed(who, Action.READ, record.spec.team):
+            raise Forbidden(
+                f"{who.user} may not read the logs of team {record.spec.team}", field="team"
+            )
         if not 1 <= max_bytes <= MAX_LOG_BYTES:
             raise InvalidWorkload(f"max_bytes must be 1..{MAX_LOG_BYTES}", field="max_bytes")
         if offset is not None and offset < 0:
@@ -38,16 +54,25 @@ def add_observability_routes(app: FastAPI, hub: HubService) -> None:
         return {**data, "phase": record.phase.value}
 
     @app.get("/v1/usage")
-    async def usage(since: float = 0.0, until: float | None = None, by: str = "team") -> Any:
+    async def usage(
+        who: Caller, since: float = 0.0, until: float | None = None, by: str = "team"
+    ) -> Any:
+        teams = usage_scope(who)
         try:
             group = GroupBy(by)
         except ValueError:
             known = ", ".join(g.value for g in GroupBy)
             raise InvalidWorkload(f"unknown grouping {by!r} (known: {known})", field="by") from None
-        return await hub.usage(since, until, group)
+        data = await hub.usage(since, until, group, teams=teams)
+        if group == GroupBy.TEAM:
+            spend = sec.month_spend()
+            for team, row in data["rows"].items():
+                row["burst_spend_month"] = round(spend.get(team, 0.0), 6)
+        return data
 
     @app.get("/v1/usage/series")
-    async def usage_over_time(since: float | None = None, step: float = 60.0) -> Any:
+    async def usage_over_time(who: Caller, since: float | None = None, step: float = 60.0) -> Any:
+        usage_scope(who)
         now = hub.clock()
         start = now - 3600 if since is None else since
         step = max(step, (now - start) / 500, 1.0)  # at most 500 points
@@ -58,5 +83,6 @@ def add_observability_routes(app: FastAPI, hub: HubService) -> None:
         return Response(hub.metrics.exposition(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/teams")
-    async def teams() -> Any:
-        return hub.teams()
+    async def teams(who: Caller) -> Any:
+        visible = permitted_teams(who, Action.READ)
+        return [t for t in hub.teams() if visible is None or t.get("team") in visible]

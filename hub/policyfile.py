@@ -15,10 +15,12 @@ The file format (docs/policy.md has the full story)::
         department: research
         weight: 2
         may_burst: true
+        max_queued: 2000                      # more queued at once: 429
+        burst_budget: {dollars_per_hour: 40, dollars_per_month: 5000}
         quotas:
           H100: {guaranteed: 16, limit: 32}   # limit left out: no cap beyond what is idle
           "*": {guaranteed: 0, limit: 8}      # every model not listed
-    default_team: {may_burst: false}         # teams not listed
+    default_team: {may_burst: false, max_queued: 5000}   # teams not listed
     aging: {interval_s: 900, step: 25}
     windows:                                 # changes on a weekly schedule; first in force wins
       - name: workday
@@ -29,6 +31,7 @@ The file format (docs/policy.md has the full story)::
         priority_classes: {dev: {value: 600}}
         teams: {vision: {quotas: {H100: {guaranteed: 4}}}}   # model by model
         departments: {research: {quotas: {H100: {guaranteed: 40}}}}
+    burst: {dollars_per_hour: 50}            # all burst instances together
 
 Anything wrong raises `PolicyError` naming the field, e.g.
 ``teams[vision].quotas[H100].limit: 8 is below the guaranteed 16``.
@@ -54,7 +57,9 @@ from pydantic import (
 )
 
 from hub.core.policy import (
+    DEFAULT_BURST_DOLLARS_PER_HOUR,
     DEFAULT_CLASSES,
+    DEFAULT_MAX_QUEUED,
     MAX_AGING_INTERVAL_S,
     MAX_GPUS,
     MAX_PRIORITY,
@@ -62,6 +67,7 @@ from hub.core.policy import (
     MIN_AGING_INTERVAL_S,
     MIN_WEIGHT,
     Aging,
+    BurstBudget,
     ClassChange,
     Department,
     Policy,
@@ -115,15 +121,33 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
             else DEFAULT_CLASSES
         ),
         teams=tuple(
-            Team(t.name, t.department, _quotas(t.quotas), t.weight, t.may_burst) for t in doc.teams
+            Team(
+                t.name,
+                t.department,
+                _quotas(t.quotas),
+                t.weight,
+                t.may_burst,
+                t.max_queued,
+                t.burst_budget.dollars_per_hour,
+                t.burst_budget.dollars_per_month,
+            )
+            for t in doc.teams
         ),
         departments=tuple(Department(d.name, _quotas(d.quotas)) for d in doc.departments),
-        default_team=Team("*", None, _quotas(default.quotas), default.weight, default.may_burst),
+        default_team=Team(
+            "*",
+            None,
+            _quotas(default.quotas),
+            default.weight,
+            default.may_burst,
+            default.max_queued,
+        ),
         aging=Aging(doc.aging.interval_s, doc.aging.step),
         windows=tuple(_window(w) for w in doc.windows),
         reservation=Reservation(
             doc.reservation.min_gpus, doc.reservation.after_s, doc.reservation.max_gangs
         ),
+        burst=BurstBudget(doc.burst.dollars_per_hour),
     )
     problems = check_policy(policy) + check_windows(policy)
     if problems:
@@ -153,6 +177,11 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
                 "department": t.department,
                 "weight": t.weight,
                 "may_burst": t.may_burst,
+                "max_queued": t.max_queued,
+                "burst_budget": {
+                    "dollars_per_hour": t.burst_dollars_per_hour,
+                    "dollars_per_month": t.burst_dollars_per_month,
+                },
                 "quotas": _quotas_dict(t.quotas),
             }
             for t in policy.teams
@@ -160,6 +189,7 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
         "default_team": {
             "weight": policy.default_team.weight,
             "may_burst": policy.default_team.may_burst,
+            "max_queued": policy.default_team.max_queued,
             "quotas": _quotas_dict(policy.default_team.quotas),
         },
         "aging": {"interval_s": policy.aging.interval_s, "step": policy.aging.step},
@@ -169,6 +199,7 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "after_s": policy.reservation.after_s,
             "max_gangs": policy.reservation.max_gangs,
         },
+        "burst": {"dollars_per_hour": policy.burst.dollars_per_hour},
     }
 
 
@@ -208,8 +239,14 @@ class _DepartmentDoc(_Doc):
 
 class _DefaultTeamDoc(_Doc):
     weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT)
-    may_burst: bool = True
+    may_burst: bool = False
+    max_queued: int | None = Field(default=DEFAULT_MAX_QUEUED, ge=0)
     quotas: dict[ModelKey, _QuotaDoc] = Field(default_factory=dict)
+
+
+class _TeamBurstDoc(_Doc):
+    dollars_per_hour: float | None = Field(default=None, ge=0)
+    dollars_per_month: float | None = Field(default=None, ge=0)
 
 
 class _TeamDoc(_Doc):
@@ -217,7 +254,13 @@ class _TeamDoc(_Doc):
     department: str | None = None
     weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT)
     may_burst: bool = False
+    max_queued: int | None = Field(default=None, ge=0)
+    burst_budget: _TeamBurstDoc = Field(default_factory=_TeamBurstDoc)
     quotas: dict[ModelKey, _QuotaDoc] = Field(default_factory=dict)
+
+
+class _BurstDoc(_Doc):
+    dollars_per_hour: float | None = Field(default=DEFAULT_BURST_DOLLARS_PER_HOUR, ge=0)
 
 
 class _AgingDoc(_Doc):
@@ -303,6 +346,11 @@ class _PolicyDoc(_Doc):
     aging: _AgingDoc = Field(default_factory=_AgingDoc)
     windows: list[_WindowDoc] = Field(default_factory=list)
     reservation: _ReservationDoc = Field(default_factory=_ReservationDoc)
+    burst: _BurstDoc = Field(default_factory=_BurstDoc)
+
+
+#: The policy document as the REST API takes it (its JSON Schema is in /openapi.json).
+PolicyDocument = _PolicyDoc
 
 
 def _window(doc: _WindowDoc) -> Window:

@@ -40,10 +40,13 @@ class Store(Protocol):
         self,
         *,
         team: str | None = None,
+        teams: Sequence[str] | None = None,
         phases: Sequence[Phase] = (),
         limit: int = 500,
     ) -> list[WorkloadRecord]:
         """Workloads of `team` (any if None) in `phases` (any if empty), newest first.
+
+        `teams`, when given, keeps only workloads of those teams (an empty list: none).
 
         At most `limit`; an unknown team or a phase nobody is in gives an empty list.
         """

@@ -102,6 +102,8 @@ class Publisher:
         report = unplaceable_demand(
             result.unplaced, pending, self.state.policy_at(now), now, self.demand.seq + 1
         )
+        if self.state.burst_budget is not None:
+            report = report.model_copy(update={"budget": self.state.burst_budget})
         if report.items == self.demand.items and now - self._demand_published_at < DEMAND_EVERY_S:
             return
         self.demand = report

@@ -27,7 +27,15 @@ from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
 from hub.cycle import Cycle
-from hub.errors import Conflict, HubError, InvalidPolicy, InvalidWorkload, NotFound, Unavailable
+from hub.errors import (
+    Conflict,
+    HubError,
+    InvalidPolicy,
+    InvalidWorkload,
+    NotFound,
+    TooMany,
+    Unavailable,
+)
 from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.ids import decision_id, new_workload_id
@@ -234,8 +242,9 @@ class HubService:
     # --- submissions and cancellations (NATS and REST share these) ---
 
     async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
-        """Accept a workload; raises InvalidWorkload for what policy refuses."""
-        record = self._new_record(spec)
+        """Accept a workload; raises InvalidWorkload for what policy refuses and TooMany when
+        its team already has its policy's `max_queued` workloads queued."""
+        record = self._new_record(spec, self._queued_counts())
         await self._commit([record])
         return record
 
@@ -243,15 +252,31 @@ class HubService:
         """Accept what policy allows of `specs`, saved in one transaction; per spec, in order,
         the new record or why it was refused."""
         results: list[WorkloadRecord | HubError] = []
+        queued = self._queued_counts()
         for spec in specs:
             try:
-                results.append(self._new_record(spec))
+                results.append(self._new_record(spec, queued))
             except HubError as exc:
                 results.append(exc)
         await self._commit([r for r in results if isinstance(r, WorkloadRecord)])
         return results
 
-    def _new_record(self, spec: WorkloadSpec) -> WorkloadRecord:
+    def _queued_counts(self) -> Counter[str]:
+        """Queued workloads per team, those still being saved included (for `max_queued`)."""
+        counts: Counter[str] = Counter(
+            w.spec.team for w in self.workloads.values() if w.phase == Phase.QUEUED
+        )
+        counts.update(r.spec.team for records, _ in self._to_commit for r in records)
+        return counts
+
+    def _new_record(self, spec: WorkloadSpec, queued: Counter[str]) -> WorkloadRecord:
+        cap = self.policy.max_queued(spec.team)
+        if cap is not None and queued[spec.team] >= cap:
+            self.counters["submit_throttled"] += 1
+            raise TooMany(
+                f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
+                field="team",
+            )
         if spec.priority_class not in self.policy.priorities:
             known = ", ".join(sorted(self.policy.priorities))
             raise InvalidWorkload(
@@ -359,19 +384,30 @@ class HubService:
         return record
 
     async def find_workloads(
-        self, team: str | None = None, phases: Sequence[Phase] = (), limit: int = 500
+        self,
+        team: str | None = None,
+        phases: Sequence[Phase] = (),
+        limit: int = 500,
+        teams: Sequence[str] | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads of a team and phases (any if not given), newest first."""
-        return await self.db(self.store.find, team=team, phases=phases, limit=max(1, limit))
+        """Workloads of a team (or of `teams`) and phases (any if not given), newest first."""
+        return await self.db(
+            self.store.find, team=team, teams=teams, phases=phases, limit=max(1, limit)
+        )
 
     async def usage(
-        self, since: float = 0.0, until: float | None = None, by: GroupBy = GroupBy.TEAM
+        self,
+        since: float = 0.0,
+        until: float | None = None,
+        by: GroupBy = GroupBy.TEAM,
+        teams: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`)."""
-        records = await self.db(self.store.find, limit=1_000_000)
-        now = self.clock()
+        """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`);
+        of `teams` only when given."""
+        records = await self.db(self.store.find, teams=teams, limit=1_000_000)
+        bills = [b for b in self.bills.values() if teams is None or b.team in teams]
         return usage_report(
-            records, self.spokes, self.bills.values(), now, since=since, until=until, by=by
+            records, self.spokes, bills, self.clock(), since=since, until=until, by=by
         )
 
     async def usage_series(self, since: float, step: float) -> dict[str, Any]:

@@ -19,7 +19,10 @@ class HubSettings(BaseModel):
     api_port: int = 8080
     policy_file: Path | None = None
     admin_token: str | None = Field(
-        default=None, description="Bearer token for admin calls (PUT /v1/policy); None: open."
+        default=None, description="A static admin bearer token beside the stored API tokens."
+    )
+    oidc_config: Path | None = Field(
+        default=None, description="OIDC issuer, JWKS and group mapping (YAML, see hub.oidc)."
     )
     debounce_s: float = Field(default=0.005, ge=0)
     cycle_interval_s: float = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,8 +25,8 @@ from hub.ports import Store
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.usage import InstanceBill
-from schemas import CapacityReport
-from schemas.burst import InstanceEvent
+from schemas import CapacityReport, WorkloadSpec
+from schemas.burst import BurstBudget, InstanceEvent
 
 T = TypeVar("T")
 
@@ -48,6 +48,15 @@ class HubState:
     positions: dict[str, int] = field(default_factory=dict)
     metrics: HubMetrics = field(default_factory=HubMetrics)
     counters: Counter[str] = field(default_factory=Counter)
+    # Told (previous, new) for every burst instance event (the spend meter audits launches).
+    instance_listeners: list[Callable[[InstanceEvent | None, InstanceEvent], Awaitable[None]]] = (
+        field(default_factory=list)
+    )
+    burst_budget: BurstBudget | None = None  # the policy's burst limits, sent with the demand
+    # Told (spec, workload id or None, result) of every submission over NATS (audit log).
+    submit_listeners: list[Callable[[WorkloadSpec, str | None, str], Awaitable[None]]] = field(
+        default_factory=list
+    )
     # Workloads seen ending whose spoke's last report may still list them (see fleet).
     ended: dict[str, tuple[RunningWorkload, int]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.

@@ -220,14 +220,17 @@ class Store:
         self,
         *,
         team: str | None = None,
+        teams: Sequence[str] | None = None,
         phases: Sequence[Phase] = (),
         limit: int = 500,
     ) -> list[WorkloadRecord]:
-        """Workloads, newest first."""
+        """Workloads, newest first; of `team`, or of `teams` when given (None: every team)."""
         with Session(self.engine) as session:
             query = select(WorkloadRow)
             if team:
                 query = query.where(WorkloadRow.team == team)
+            if teams is not None:
+                query = query.where(col(WorkloadRow.team).in_(list(teams)))
             if phases:
                 query = query.where(col(WorkloadRow.phase).in_([p.value for p in phases]))
             query = query.order_by(col(WorkloadRow.submitted_at).desc()).limit(limit)

@@ -77,12 +77,36 @@ class DemandItem(WireModel):
         return self
 
 
+class TeamBurstBudget(WireModel):
+    """One team's burst limits from the hub's policy (None: no limit)."""
+
+    dollars_per_hour: float | None = Field(default=None, ge=0)
+    dollars_left_this_month: float | None = Field(
+        default=None, description="Its monthly budget less what the hub has accrued (>= 0)."
+    )
+
+
+class BurstBudget(WireModel):
+    """The spend limits of the hub's policy, with the spend the hub's store has accrued.
+
+    The controller applies the stricter of these and its own settings. `allowed_teams` None
+    means any team the demand lists.
+    """
+
+    dollars_per_hour: float | None = Field(default=None, ge=0)
+    allowed_teams: tuple[DnsLabel, ...] | None = Field(default=None, max_length=4096)
+    teams: dict[str, TeamBurstBudget] = Field(default_factory=dict, max_length=4096)
+
+
 class DemandReport(WireModel):
     """All unplaceable demand at one instant; each report replaces the previous one."""
 
     items: tuple[DemandItem, ...] = Field(default=(), max_length=MAX_DEMAND_ITEMS)
     sent_at: float = Field(description="Hub clock, seconds since the epoch.")
     seq: int = Field(ge=0, description="Increases with every report of one hub process.")
+    budget: BurstBudget | None = Field(
+        default=None, description="The hub policy's spend limits; None: the controller's own."
+    )
 
 
 class InstanceEvent(WireModel):

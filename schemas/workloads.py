@@ -16,6 +16,8 @@ MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_ENTRIES = 128
 MAX_ENV_BYTES = 64 * 1024
 MAX_GPUS_PER_NODE = 16
+#: What the API shows instead of a secret env value.
+SECRET_MASK = "***"
 MAX_NODES = 128
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Set by the runtime for each assignment: a workload may not choose its own GPUs or identity.
@@ -85,7 +87,17 @@ class WorkloadSpec(WireModel):
     team: DnsLabel
     priority_class: DnsLabel = "batch"
     command: tuple[str, ...] = Field(min_length=1, max_length=MAX_COMMAND_ITEMS)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of the command. A value may also be given as "
+        "{value: ..., secret: true}: it is then listed in secret_env.",
+    )
+    secret_env: tuple[str, ...] = Field(
+        default=(),
+        max_length=MAX_ENV_ENTRIES,
+        description="Names of env entries whose values are secret: the API shows them as "
+        f"{SECRET_MASK!r} and they are never logged.",
+    )
     image: str | None = Field(
         default=None,
         max_length=512,
@@ -118,6 +130,26 @@ class WorkloadSpec(WireModel):
                 raise ValueError("give gpu_model or gpu_models, not both")
             data["gpu_models"] = [model] if isinstance(model, str) else model
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_secret_values(cls, data: Any) -> Any:
+        # `env: {HF_TOKEN: {value: "...", secret: true}}` marks one value secret in place.
+        if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
+            return data
+        env = data["env"]
+        if not any(isinstance(v, dict) for v in env.values()):
+            return data
+        plain: dict[str, Any] = {}
+        secret = list(data.get("secret_env") or ())
+        for key, value in env.items():
+            if isinstance(value, dict) and set(value) <= {"value", "secret"} and "value" in value:
+                plain[key] = value["value"]
+                if value.get("secret") is True and key not in secret:
+                    secret.append(key)
+            else:
+                plain[key] = value
+        return {**data, "env": plain, "secret_env": secret}
 
     @field_validator("command")
     @classmethod
@@ -162,7 +194,18 @@ class WorkloadSpec(WireModel):
     def _fraction_only_alone(self) -> WorkloadSpec:
         if self.gpu_fraction is not None and (self.gpus_per_node != 1 or self.nodes != 1):
             raise ValueError("gpu_fraction needs gpus_per_node=1 and nodes=1")
+        unknown = [name for name in self.secret_env if name not in self.env]
+        if unknown:
+            raise ValueError(f"secret_env names {unknown[0]!r}, which env does not set")
         return self
+
+    def redacted(self) -> WorkloadSpec:
+        """This spec with every secret env value replaced by SECRET_MASK (for showing back)."""
+        if not self.secret_env:
+            return self
+        secret = set(self.secret_env)
+        env = {k: (SECRET_MASK if k in secret else v) for k, v in self.env.items()}
+        return self.model_copy(update={"env": env})
 
     @property
     def total_gpus(self) -> float:

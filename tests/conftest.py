@@ -24,6 +24,7 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "windows": ("windows",),  # time windows in the policy
     "prometheus": ("prometheus", "integration"),  # Debian's promtool and prometheus
     "browser": ("browser", "integration"),  # Debian's chromium
+    "security": ("security",),
 }
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from burst.core.model import BurstPolicy, CloudInstance, SkipReason
+from burst.core.model import BurstPolicy, CloudInstance, SkipReason, TeamBudget
+from schemas.burst import BurstBudget
 
 # Prices are floats: 0.1 + 0.2 must fit a 0.3 budget.
 _EPSILON = 1e-9
@@ -53,3 +54,40 @@ def initial_budget(fleet: Sequence[CloudInstance], policy: BurstPolicy) -> Budge
             team_rate = sum(i.price_per_hour for i in live if i.team == team)
             budget.team_dollars_per_hour[team] = limits.dollars_per_hour - team_rate
     return budget
+
+
+def with_hub_budget(
+    policy: BurstPolicy, budget: BurstBudget | None, team_spend: Mapping[str, float]
+) -> BurstPolicy:
+    """`policy` tightened by the hub's budget: the stricter of each limit wins.
+
+    A team's monthly allowance arrives as dollars left (the hub's store accrues spend across
+    restarts); it becomes a `dollars_total` over the spend this controller has counted so far,
+    so the planner's existing check refuses launches once nothing is left.
+    """
+    if budget is None:
+        return policy
+    allowed = policy.allowed_teams
+    if budget.allowed_teams is not None:
+        hub_allowed = frozenset(budget.allowed_teams)
+        allowed = hub_allowed if allowed is None else allowed & hub_allowed
+    teams = dict(policy.team_budgets)
+    for team, limits in budget.teams.items():
+        own = teams.get(team, TeamBudget())
+        total = own.dollars_total
+        if limits.dollars_left_this_month is not None:
+            hub_total = team_spend.get(team, 0.0) + max(0.0, limits.dollars_left_this_month)
+            total = hub_total if total is None else min(total, hub_total)
+        teams[team] = TeamBudget(_least(own.dollars_per_hour, limits.dollars_per_hour), total)
+    return replace(
+        policy,
+        max_dollars_per_hour=_least(policy.max_dollars_per_hour, budget.dollars_per_hour),
+        allowed_teams=allowed,
+        team_budgets=teams,
+    )
+
+
+def _least(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)

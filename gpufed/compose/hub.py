@@ -16,9 +16,13 @@ from bus.client import Bus, BusSettings
 from bus.identities import HUB, inbox_prefix
 from gpufed.compose.signals import stop_on_signals
 from hub.api import create_app
+from hub.apideps import ApiSecurity
+from hub.authstore import AuthStore
 from hub.core.policy import Policy
+from hub.policyfile import policy_from_dict
 from hub.service import HubService
 from hub.settings import HubSettings
+from hub.spend import SpendMeter
 from hub.store import Store
 
 log = structlog.get_logger(__name__)
@@ -26,11 +30,14 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True)
 class Hub:
-    """The parts of one hub: the service, its store (closed by the owner) and its REST app."""
+    """The parts of one hub: the service, its store (closed by the owner), its REST app, what
+    the app authenticates and audits with, and the burst spend meter (run beside the service)."""
 
     service: HubService
     store: Store
     app: FastAPI
+    security: ApiSecurity
+    meter: SpendMeter
 
 
 def build_hub(
@@ -55,8 +62,16 @@ def build_hub(
     policy_text = None
     if settings.policy_file is not None and policy is None:
         policy_text = settings.policy_file.read_text()
+    if policy is None:
+        # No policy set anywhere yet: the document defaults (unlisted teams may not burst,
+        # burst spend capped, max_queued), not the core's unrestricted Policy().
+        policy = policy_from_dict({})
     service = HubService(settings, store, bus, policy, clock, policy_file_text=policy_text)
-    return Hub(service, store, create_app(service))
+    security = ApiSecurity(service, AuthStore(store.engine))
+    meter = SpendMeter(service, security.store, security.auditor)
+    security.month_spend = meter.spend
+    service.state.submit_listeners.append(security.auditor.nats_submit)
+    return Hub(service, store, create_app(service, security), security, meter)
 
 
 async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) -> None:
@@ -78,11 +93,12 @@ async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) ->
     server = uvicorn.Server(config)
     hub_task = asyncio.create_task(hub.service.run(stop))
     api_task = asyncio.create_task(server.serve())
+    spend_task = asyncio.create_task(hub.meter.run(stop), name="hub-spend")
     log.info("hub_api", url=f"http://{settings.api_host}:{settings.api_port}")
     done, _ = await asyncio.wait({hub_task, api_task}, return_when=asyncio.FIRST_COMPLETED)
     stop.set()
     server.should_exit = True
-    await asyncio.gather(hub_task, api_task, return_exceptions=True)
+    await asyncio.gather(hub_task, api_task, spend_task, return_exceptions=True)
     hub.store.close()
     for task in done:
         if task.exception() is not None:

@@ -8,9 +8,10 @@ Choices worth knowing (docs/policy.md explains them for users):
 - **No teams means no quotas.** `Policy()` admits everything that fits (only priorities, fair
   share and aging apply).
 - **Unknown teams** (a workload's team is not listed while the policy lists teams) get
-  `default_team`'s settings: by default no guarantee, unlimited borrowing, weight 1, and burst
-  allowed. A site that wants unlisted teams off the cloud sets `default_team.may_burst: false`
-  (the example policy does).
+  `default_team`'s settings. A policy *document* (`hub.policyfile`, and so every hub) gives
+  them no guarantee, unlimited borrowing, weight 1, at most DEFAULT_MAX_QUEUED queued and no
+  cloud burst: a made-up team name must not rent instances. `Policy()` itself, the core's
+  "no policy", restricts nothing.
 - **Quotas are per GPU model.** A quota entry keyed `"*"` applies to every model not listed; a
   model with no entry and no `"*"` has no guarantee and no limit.
 - **Departments share a quota.** A department's `guaranteed` includes its teams' own guarantees;
@@ -96,6 +97,27 @@ class Team:
     quotas: Mapping[str, Quota] = field(default_factory=dict)
     weight: float = 1.0
     may_burst: bool = False
+    max_queued: int | None = None
+    burst_dollars_per_hour: float | None = None
+    burst_dollars_per_month: float | None = None
+
+
+#: Queued workloads a team may have at once when the policy says nothing (429 beyond).
+DEFAULT_MAX_QUEUED = 5000
+#: What all burst instances together may cost per hour when the policy says nothing.
+DEFAULT_BURST_DOLLARS_PER_HOUR = 50.0
+
+
+@dataclass(frozen=True, slots=True)
+class BurstBudget:
+    """Spend limits of cloud burst, enforced by the burst controller (None: no limit).
+
+    `dollars_per_hour` caps the hourly price of all live instances together; each team's
+    `burst_dollars_per_hour` caps its own instances, `burst_dollars_per_month` what it may
+    accrue in a calendar month (UTC).
+    """
+
+    dollars_per_hour: float | None = DEFAULT_BURST_DOLLARS_PER_HOUR
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +208,7 @@ class Policy:
     windows: tuple[Window, ...] = ()
     window: str | None = None
     reservation: Reservation = field(default_factory=Reservation)
+    burst: BurstBudget = field(default_factory=BurstBudget)
     _classes: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False)
     _teams: Mapping[str, Team] = field(init=False, repr=False, compare=False)
     _departments: Mapping[str, Department] = field(init=False, repr=False, compare=False)
@@ -219,6 +242,13 @@ class Policy:
         """The team's settings; unlisted teams get `default_team`'s."""
         team = self._teams.get(name)
         return team if team is not None else self.default_team
+
+    def max_queued(self, team: str) -> int | None:
+        """How many queued workloads `team` may have (its own cap, else the default team's)."""
+        own = self._teams.get(team)
+        if own is not None and own.max_queued is not None:
+            return own.max_queued
+        return self.default_team.max_queued
 
     def department(self, name: str | None) -> Department | None:
         """The department named `name` (None for none or unknown)."""

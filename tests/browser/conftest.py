@@ -13,7 +13,6 @@ import pytest
 import uvicorn
 
 from bus.natsserver import EmbeddedNats, free_port
-from hub.api import create_app
 from hub.core.policy import Policy
 from tests.integration.fed import InProcessFederation
 
@@ -77,9 +76,10 @@ class LiveHub:
 
     async def start(self, policy: Policy | None = None) -> None:
         self.fed.policy = policy
-        hub = await self.fed.start_hub()
+        await self.fed.start_hub()
+        assert self.fed.app is not None  # the hub's own app: same tokens as fed.api
         config = uvicorn.Config(
-            create_app(hub), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+            self.fed.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
         )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())

@@ -13,7 +13,6 @@ from tests.browser.conftest import LiveHub
 from tests.integration.fed import nodes
 from tests.support.wait import wait_until as until
 
-TOKEN = "console-test-token"
 POLICY = Policy(
     teams=(
         Team("vision", quotas={"H100": Quota(guaranteed=4, limit=8)}),
@@ -49,9 +48,8 @@ async def test_every_console_page_shows_the_live_federation(
     requests: list[Any] = []
     page.on("request", lambda r: requests.append(r) if "/v1/" in r.url else None)
     await page.goto(live_hub.url + "/")
-    await page.fill("#token", TOKEN)
-    await page.click("#token-form button")
-    await page.wait_for_selector("#token-state:has-text('token set')")
+    await log_in(page, fed.admin_token)
+    requests.clear()  # from here on every call must carry the token
     requests.clear()
 
     # Fleet: both spokes ready, the H100s all in use.
@@ -123,7 +121,9 @@ async def test_every_console_page_shows_the_live_federation(
 
     api_calls = [r for r in requests if "/v1/" in r.url]
     assert api_calls, "the pages made no API call"
-    missing = [r.url for r in api_calls if r.headers.get("authorization") != f"Bearer {TOKEN}"]
+    missing = [
+        r.url for r in api_calls if r.headers.get("authorization") != f"Bearer {fed.admin_token}"
+    ]
     assert not missing, f"API calls without the token: {missing[:3]}"
 
 
@@ -136,6 +136,7 @@ async def test_a_refused_call_says_so_and_the_page_keeps_going(
     await fed.wait_spokes(1)
     page = await browser_context.new_page()
     await page.goto(live_hub.url + "/jobs")
+    await log_in(page, fed.admin_token)
     await page.fill("#submit-form [name=team]", "vision")
     await page.fill("#submit-form [name=gpus_per_node]", "65")
     await page.evaluate("document.querySelector('#submit-form').noValidate = true")
@@ -144,6 +145,13 @@ async def test_a_refused_call_says_so_and_the_page_keeps_going(
     assert "gpus_per_node" in await page.inner_text("#submit-result")
     await page.wait_for_selector("#updated:not(:has-text('never'))")
     await shoot(page, screenshots, "jobs-refused")
+
+
+async def log_in(page: Any, token: str) -> None:
+    """Enter an API token in the console's token box, as a person would."""
+    await page.fill("#token", token)
+    await page.click("#token-form button")
+    await page.wait_for_selector("#token-state:has-text('token set')")
 
 
 async def rent_an_instance(live: LiveHub) -> None:

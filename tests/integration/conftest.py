@@ -77,7 +77,11 @@ async def api() -> AsyncIterator[MakeClient]:
     clients: list[httpx.AsyncClient] = []
 
     def make(fed: Federation) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(base_url=fed.api_url, timeout=5)
+        client = httpx.AsyncClient(
+            base_url=fed.api_url,
+            timeout=5,
+            headers={"Authorization": f"Bearer {fed.admin_token}"},
+        )
         clients.append(client)
         return client
 

@@ -21,9 +21,12 @@ from bus.client import BusSettings
 from bus.jwt import Permissions
 from gpufed.compose.hub import build_hub
 from gpufed.compose.spoke import RuntimeFactory, build_spoke
+from hub.authstore import AuthStore
+from hub.core.access import Role
 from hub.core.policy import Policy
 from hub.service import HubService
 from hub.settings import HubSettings
+from hub.tokens import mint_token
 from schemas import Phase
 from spoke.agent import SpokeAgent
 from spoke.inventory.static import StaticInventory
@@ -55,6 +58,9 @@ class InProcessFederation:
         self._stops: dict[str, asyncio.Event] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.api: httpx.AsyncClient | None = None
+        self.app: Any = None
+        self.auth_store: AuthStore | None = None
+        self.admin_token = ""
 
     async def start_hub(
         self, clock: Callable[[], float] = time.time, **overrides: Any
@@ -69,10 +75,32 @@ class InProcessFederation:
         self.hub = hub.service
         self._spawn("hub", hub.service.run)
         await asyncio.wait_for(hub.service.ready.wait(), 10)
-        self.api = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=hub.app), base_url="http://hub"
-        )
+        if "spend" in self._tasks:  # the previous hub's meter
+            await self.stop("spend")
+        hub.meter.every_s = 0.2
+        self._spawn("spend", hub.meter.run)
+        self.app = hub.app
+        self.auth_store = hub.security.store
+        self.admin_token = await self.token("admin", "admin")
+        self.api = self.client(self.admin_token)
         return hub.service
+
+    async def token(self, user: str, role: str, team: str | None = None) -> str:
+        """Mint an API token straight in the hub's store (as `gpufed token --store-url`)."""
+        assert self.hub is not None and self.auth_store is not None
+        store = self.auth_store
+        text, _ = await self.hub.db(
+            lambda: mint_token(
+                store, user=user, role=Role(role), team=team, created_by="test", now=time.time()
+            )
+        )
+        return text
+
+    def client(self, token: str | None) -> httpx.AsyncClient:
+        """A REST client of the hub sending `token` (None: no Authorization header)."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        transport = httpx.ASGITransport(app=self.app)
+        return httpx.AsyncClient(transport=transport, base_url="http://hub", headers=headers)
 
     async def start_spoke(
         self,

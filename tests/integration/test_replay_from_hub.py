@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from hub.api import create_app
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
 
@@ -42,7 +41,7 @@ async def serve(fed: InProcessFederation) -> AsyncIterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(fed.hub), log_level="warning", lifespan="off")
+    config = uvicorn.Config(fed.app, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -95,7 +94,7 @@ async def test_replays_the_hubs_workloads_under_both_policies(
             str(out),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "GPUFED_TOKEN": "not-required-yet"},
+            env={**os.environ, "GPUFED_TOKEN": fed.admin_token},
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, stderr.decode()

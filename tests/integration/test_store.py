@@ -44,6 +44,7 @@ from sqlalchemy import (
 from sqlmodel import SQLModel
 from sqlmodel.sql.sqltypes import AutoString
 
+import hub.authstore  # noqa: F401  (registers the token, audit and spend tables)
 import hub.migrations as migrations
 from bus.natsserver import free_port
 from bus.processes import stop_process
@@ -756,10 +757,47 @@ def _versions(conn: Connection) -> list[int]:
 def _assert_schema_matches_models(engine: Engine) -> None:
     inspector = inspect(engine)
     for table in SQLModel.metadata.sorted_tables:
-        if table.name not in ("workloads", "decisions", "spokes"):
+        if table.name not in (
+            "workloads",
+            "decisions",
+            "spokes",
+            "api_tokens",
+            "audit_log",
+            "burst_spend",
+            "burst_accrual",
+        ):
             continue
         columns = {c["name"]: c["nullable"] for c in inspector.get_columns(table.name)}
         assert columns == {c.name: c.nullable for c in table.columns}, table.name
         indexes = {i["name"]: tuple(i["column_names"]) for i in inspector.get_indexes(table.name)}
         declared = {i.name: tuple(c.name for c in i.columns) for i in table.indexes}
         assert indexes == declared, table.name
+
+
+@pytest.mark.security
+def test_tokens_audit_and_spend_round_trip(store: Store) -> None:
+    from hub.authstore import AuditEntry, AuthStore
+    from hub.core.access import Role
+    from hub.tokens import mint_token, verify_token
+
+    auth = AuthStore(store.engine)
+    text, record = mint_token(
+        auth, user="alice", role=Role.MEMBER, team="vision", created_by="t", now=1.0
+    )
+    stored = auth.token(record.id)
+    assert stored is not None and text.split("_")[-1] not in stored.model_dump_json()
+    assert verify_token(stored, text, now=2.0).teams == {"vision": Role.MEMBER}
+    assert auth.revoke_token(record.id, at=3.0) and not auth.revoke_token("nope", at=3.0)
+    assert auth.token(record.id).revoked_at == 3.0  # type: ignore[union-attr]
+    for n in range(3):
+        auth.append_audit(
+            AuditEntry(at=float(n), actor="a", role="admin", action="submit", result="ok")
+        )
+    entries = auth.audit(limit=10)
+    assert [e.at for e in entries] == [2.0, 1.0, 0.0]
+    assert entries[0].seq > entries[1].seq > entries[2].seq > 0
+    assert auth.audit(teams=["vision"]) == []
+    auth.accrue("2026-11", {"vision": 1.5}, {"b1": 10.0})
+    auth.accrue("2026-11", {"vision": 2.0}, {"b1": 20.0})
+    assert auth.spend("2026-11") == {"vision": 3.5}
+    assert auth.accruals() == {"b1": 20.0}

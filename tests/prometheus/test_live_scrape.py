@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,8 +36,11 @@ class Live:
         self.jobs: dict[str, str] = {}
 
     def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "GPUFED_TOKEN_FILE": str(self.fed.token_file)}
+        env.pop("GPUFED_TOKEN", None)
         return subprocess.run(
             [sys.executable, "-m", "gpufed", *args, "--api", self.fed.api_url],
+            env=env,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -47,9 +51,10 @@ class Live:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     fed = Federation(tmp_path_factory.mktemp("fed"), 0, FLEET, burst_args=())
-    client = HubClient(fed.api_url)
+    client: HubClient | None = None
     try:
         fed.start()
+        client = fed.client()
         live = Live(fed, client)
         submit = client.submit
         # eu-1: a job that says its GPUs idle at 2 %; another that waits behind it.
@@ -85,7 +90,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         wait_for(lambda: client.workload(live.jobs["idle"])["phase"] == "running")
         yield live
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         fed.stop()
 
 

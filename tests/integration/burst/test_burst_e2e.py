@@ -75,12 +75,16 @@ class Burst:
         ]  # fmt: skip
         with open(self.fed.log_dir / "burst.log", "ab") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        self.client = HubClient(self.fed.api_url)
+        self.client = self.fed.client()
         burst_log = self.fed.log_dir / "burst.log"
         self.until(lambda: "burst_ready" in burst_log.read_text(), 30, "the burst controller")
 
     def instances(self) -> list[dict[str, Any]]:
-        reply = httpx.get(f"{self.fed.api_url}/v1/burst/instances", timeout=5)
+        reply = httpx.get(
+            f"{self.fed.api_url}/v1/burst/instances",
+            timeout=5,
+            headers={"Authorization": f"Bearer {self.fed.admin_token}"},
+        )
         reply.raise_for_status()
         return reply.json()  # type: ignore[no-any-return]
 

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hub.core.policy import DEFAULT_CLASSES, Policy, Quota
+from hub.core.policy import (
+    DEFAULT_BURST_DOLLARS_PER_HOUR,
+    DEFAULT_CLASSES,
+    DEFAULT_MAX_QUEUED,
+    Quota,
+)
 from hub.policyfile import PolicyError, dump_policy, load_policy, policy_from_dict, policy_to_dict
 
 EXAMPLE = Path(__file__).parents[3] / "deploy" / "policy.example.yaml"
@@ -24,11 +29,13 @@ def test_the_example_policy_loads() -> None:
     assert policy.priority("production") == 1000
 
 
-def test_empty_text_is_the_default_policy() -> None:
+def test_empty_text_is_the_default_policy_that_keeps_unlisted_teams_off_the_cloud() -> None:
     policy = load_policy("")
     assert policy.classes == DEFAULT_CLASSES
     assert not policy.has_quotas
-    assert policy == Policy()
+    assert not policy.team("made-up").may_burst
+    assert policy.max_queued("made-up") == DEFAULT_MAX_QUEUED
+    assert policy.burst.dollars_per_hour == DEFAULT_BURST_DOLLARS_PER_HOUR
 
 
 def test_round_trip_through_dict_yaml_and_json() -> None:

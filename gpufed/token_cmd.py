@@ -1,0 +1,192 @@
+"""`gpufed token create|list|revoke`, `gpufed audit` and `gpufed whoami`.
+
+`gpufed token` talks to the hub's REST API with the caller's own token (it must be an admin's:
+`GPUFED_TOKEN`, or the `admin.token` file `gpufed up` writes). To bootstrap a hub nobody holds a
+token for yet, `--store-url` writes to the hub's database directly instead: whoever can write
+that database is an admin already, and the action is audited there as `store:<url host>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROLES = ("viewer", "member", "team-admin", "admin")
+
+
+def add_token_commands(sub: Any, command: Any) -> None:
+    """Register `token`, `audit` and `whoami`; `command` adds a client command (see commands)."""
+    token = command("token", "create, list or revoke API tokens (admin)", _token)
+    token.add_argument("action", choices=["create", "list", "revoke"])
+    token.add_argument("id", nargs="?", help="token id (for revoke)")
+    token.add_argument("--user", help="who the token is for (create)")
+    token.add_argument("--team", help="the team it acts for (create; not with --role admin)")
+    token.add_argument("--role", choices=ROLES, default="member")
+    token.add_argument("--ttl", type=float, default=None, help="seconds until it expires")
+    token.add_argument(
+        "--store-url",
+        default=None,
+        help="write to the hub's database directly instead of the API (bootstrap)",
+    )
+    token.add_argument(
+        "--store-url-file",
+        type=Path,
+        default=None,
+        help="the same, the URL read from a file (a mounted Secret: no password in argv)",
+    )
+
+    audit = command("audit", "the audit log: who did what, when, with what result", _audit)
+    audit.add_argument("--team")
+    audit.add_argument("--action", help="submit, cancel, policy.set, token.create, ...")
+    audit.add_argument("--limit", type=int, default=50)
+
+    command("whoami", "the identity and team roles of the token in use", _whoami)
+
+
+def _token(args: argparse.Namespace) -> int:
+    if args.action == "create":
+        if not args.user:
+            print("gpufed token create: give --user", file=sys.stderr)
+            return 2
+        team = None if args.role == "admin" else args.team
+        if args.role == "admin" and args.team:
+            print("gpufed token create: an admin token takes no --team", file=sys.stderr)
+            return 2
+        if args.role != "admin" and not args.team:
+            print(f"gpufed token create: a {args.role} token needs --team", file=sys.stderr)
+            return 2
+        store_url = args.store_url
+        if args.store_url_file is not None:
+            store_url = args.store_url_file.read_text(encoding="utf-8").strip()
+        if store_url:
+            created = _create_in_store(store_url, args.user, args.role, team, args.ttl)
+        else:
+            created = args.client.create_token(args.user, args.role, team, args.ttl)
+        scope = "every team" if team is None else f"team {team}"
+        if args.json:
+            print(json.dumps({k: v for k, v in created.items() if k != "token"}, indent=2))
+        else:
+            print(
+                f"token {created['id']}: {created['user']}, {created['role']} of {scope}"
+                " (shown once; keep it in a secret store)"
+            )
+        print(created["token"])  # alone on the last line, for `$(... | tail -1)`
+        return 0
+    if args.action == "list":
+        tokens = args.client.tokens()
+        if args.json:
+            print(json.dumps(tokens, indent=2))
+            return 0
+        rows = [("ID", "USER", "ROLE", "TEAM", "CREATED", "BY", "STATE")]
+        now = time.time()
+        for t in tokens:
+            state = "active"
+            if t["revoked_at"] is not None:
+                state = "revoked"
+            elif t["expires_at"] is not None and t["expires_at"] <= now:
+                state = "expired"
+            rows.append(
+                (
+                    t["id"],
+                    t["user"],
+                    t["role"],
+                    t["team"] or "*",
+                    _when(t["created_at"]),
+                    t["created_by"],
+                    state,
+                )
+            )
+        _table(rows)
+        return 0
+    if not args.id:
+        print("gpufed token revoke: give the token id (gpufed token list)", file=sys.stderr)
+        return 2
+    revoked = args.client.revoke_token(args.id)
+    print(f"token {revoked['id']} ({revoked['user']}) revoked")
+    return 0
+
+
+def _create_in_store(
+    url: str, user: str, role: str, team: str | None, ttl: float | None
+) -> dict[str, Any]:
+    from hub.audit import MAX_DETAIL
+    from hub.authstore import AuditEntry, AuthStore
+    from hub.core.access import Role
+    from hub.store import Store
+    from hub.tokens import mint_token
+
+    store = Store(url)
+    try:
+        auth = AuthStore(store.engine)
+        now = time.time()
+        token, record = mint_token(
+            auth, user=user, role=Role(role), team=team, created_by="store", now=now, ttl_s=ttl
+        )
+        auth.append_audit(
+            AuditEntry(
+                at=now,
+                actor="store",
+                role="admin",
+                action="token.create",
+                team=team,
+                target=record.id,
+                result="ok",
+                detail=f"{user} {role} (gpufed token create --store-url)"[:MAX_DETAIL],
+            )
+        )
+    finally:
+        store.close()
+    return {**record.model_dump(exclude={"secret_hash"}), "token": token}
+
+
+def _audit(args: argparse.Namespace) -> int:
+    entries = args.client.audit(team=args.team, action=args.action, limit=args.limit)
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    rows = [("WHEN", "WHO", "ROLE", "ACTION", "TEAM", "TARGET", "RESULT", "DETAIL")]
+    for e in reversed(entries):
+        rows.append(
+            (
+                _when(e["at"]),
+                e["actor"],
+                e["role"],
+                e["action"],
+                e["team"] or "-",
+                e["target"] or "-",
+                e["result"],
+                e["detail"],
+            )
+        )
+    _table(rows)
+    return 0
+
+
+def _whoami(args: argparse.Namespace) -> int:
+    me = args.client.whoami()
+    if args.json:
+        print(json.dumps(me, indent=2))
+        return 0
+    roles = (
+        "admin of every team"
+        if me["admin"]
+        else ", ".join(f"{role} of {team}" for team, role in sorted(me["teams"].items()))
+    )
+    print(f"{me['user']}: {roles or 'no team'} (via {me['via']})")
+    return 0
+
+
+def _when(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

@@ -1,0 +1,53 @@
+"""What every API route depends on: the caller (`Caller`) and the hub's security objects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from hub.audit import Auditor
+from hub.auth import Authenticator
+from hub.authstore import AuthStore
+from hub.core.access import Principal
+from hub.oidc import OidcSettings, OidcVerifier
+from hub.service import HubService
+
+
+class ApiSecurity:
+    """What the routes need to authenticate, authorize and audit (kept in `app.state`)."""
+
+    def __init__(
+        self, hub: HubService, store: AuthStore, authenticator: Authenticator | None = None
+    ) -> None:
+        self.store = store
+        self.db = hub.db
+        self.clock = hub.clock
+        # team -> burst dollars accrued this month; hub.spend.SpendMeter supplies it.
+        self.month_spend: Callable[[], Mapping[str, float]] = dict
+        oidc = None
+        if hub.settings.oidc_config is not None:
+            oidc = OidcVerifier(OidcSettings.load(hub.settings.oidc_config))
+        self.authenticator = authenticator or Authenticator(
+            self.store, hub.db, hub.clock, admin_token=hub.settings.admin_token, oidc=oidc
+        )
+        self.auditor = Auditor(self.store, hub.db, hub.clock)
+
+
+def security(request: Request) -> ApiSecurity:
+    """The app's ApiSecurity."""
+    sec: ApiSecurity = request.app.state.security
+    return sec
+
+
+async def current_principal(
+    request: Request,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Principal:
+    """The authenticated caller; raises Unauthenticated (401) without a valid bearer token."""
+    return await security(request).authenticator.authenticate(authorization)
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
+Security = Annotated[ApiSecurity, Depends(security)]

@@ -1,0 +1,123 @@
+"""Typed request and response bodies of the REST API (their JSON Schema is in /openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hub.authstore import AuditEntry, TokenRecord
+from hub.core.access import Principal, Role
+from hub.records import WorkloadRecord
+from schemas.common import DNS_LABEL_PATTERN
+
+
+class ErrorOut(BaseModel):
+    """Every refusal: a stable `code`, a sentence, the field at fault when there is one, and
+    whether the same request may succeed later (`schemas.errors.ErrorReply` without its
+    version)."""
+
+    code: str
+    message: str
+    field: str | None = None
+    retryable: bool = False
+
+
+class WorkloadOut(WorkloadRecord):
+    """A workload as the API shows it: secret env values masked, wait and run time added."""
+
+    wait_s: float | None = None
+    run_s: float | None = None
+    priority: int | None = Field(default=None, description="its class's priority value")
+    position: int | None = Field(default=None, description="place in the queue (1 goes first)")
+
+    @classmethod
+    def of(
+        cls, record: WorkloadRecord, priority: int | None = None, position: int | None = None
+    ) -> WorkloadOut:
+        data = record.model_dump()
+        data["priority"] = priority
+        data["position"] = position
+        data["spec"] = record.spec.redacted()
+        started, finished = record.started_at, record.finished_at
+        data["wait_s"] = None if started is None else round(started - record.submitted_at, 3)
+        data["run_s"] = (
+            None if started is None or finished is None else round(finished - started, 3)
+        )
+        return cls.model_validate(data)
+
+
+class GpuCount(BaseModel):
+    total: float
+    free: float
+
+
+class SpokeOut(BaseModel):
+    id: str
+    region: str
+    kind: str
+    status: str = Field(description="ready, suspect (no new work) or lost (its work moved)")
+    last_seen_s_ago: float
+    nodes: int
+    gpus: dict[str, GpuCount]
+    running: int
+    labels: dict[str, str]
+
+
+class HealthOut(BaseModel):
+    ok: bool
+    workloads_active: int
+    spokes: int
+    counters: dict[str, int]
+
+
+class TokenCreate(BaseModel):
+    """A token to mint: `admin` takes no team, every other role one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str = Field(min_length=1, max_length=63)
+    role: Role
+    team: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=63)
+    ttl_s: float | None = Field(default=None, gt=0, le=10 * 365 * 24 * 3600)
+
+
+class TokenOut(BaseModel):
+    """A token without its secret."""
+
+    id: str
+    user: str
+    team: str | None
+    role: str
+    created_at: float
+    created_by: str
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    @classmethod
+    def of(cls, record: TokenRecord) -> TokenOut:
+        return cls.model_validate(record.model_dump(exclude={"secret_hash"}))
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="The bearer token; shown this once, never again.")
+
+
+class WhoAmI(BaseModel):
+    user: str
+    admin: bool
+    teams: dict[str, str]
+    via: str
+
+    @classmethod
+    def of(cls, principal: Principal) -> WhoAmI:
+        teams = {team: role.value for team, role in principal.teams.items()}
+        return cls(user=principal.user, admin=principal.admin, teams=teams, via=principal.via)
+
+
+AuditOut = AuditEntry
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for our error shape."""
+    return {status: {"model": ErrorOut} for status in statuses}

@@ -1,0 +1,80 @@
+"""The audit log: every mutating action, who did it, when, on what, and how it ended.
+
+Appended by the API (submit, cancel, policy set, token create and revoke, refused or not) and
+by the hub when burst reports a launch or a termination. Entries are never changed or deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from hub.authstore import AuditEntry, AuthStore
+from hub.core.access import Principal
+from schemas import WorkloadSpec
+
+log = structlog.get_logger(__name__)
+
+#: Longest detail kept per entry (a refusal message, a policy summary).
+MAX_DETAIL = 500
+
+
+class Auditor:
+    """Appends audit entries through the hub's store runner."""
+
+    def __init__(
+        self, store: AuthStore, db: Callable[..., Awaitable[Any]], clock: Callable[[], float]
+    ) -> None:
+        self.store = store
+        self._db = db
+        self._clock = clock
+
+    async def record(
+        self,
+        principal: Principal | None,
+        action: str,
+        *,
+        team: str | None = None,
+        target: str = "",
+        result: str = "ok",
+        detail: str = "",
+        actor: str | None = None,
+    ) -> None:
+        """Append one entry; a failure to write is logged, never raised to the caller."""
+        entry = AuditEntry(
+            at=self._clock(),
+            actor=actor or (principal.user if principal else "anonymous"),
+            role=principal.role_label if principal else "none",
+            action=action,
+            team=team,
+            target=target[:200],
+            result=result[:64],
+            detail=detail[:MAX_DETAIL],
+        )
+        try:
+            await self._db(self.store.append_audit, entry)
+        except Exception:
+            log.exception("audit_write_failed", action=action, target=entry.target)
+            return
+        log.info(
+            "audit",  # never the spec's env: only who, what, which team and target
+            actor=entry.actor,
+            action=action,
+            team=team,
+            target=entry.target,
+            result=entry.result,
+        )
+
+    async def nats_submit(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> None:
+        """Audit a submission that came over NATS (`gpufed.v1.submit`: no API identity)."""
+        await self.record(
+            None,
+            "submit",
+            actor="nats",
+            team=spec.team,
+            target=workload_id or "",
+            result=result,
+            detail=f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s) over NATS",
+        )

@@ -1,0 +1,106 @@
+"""The commands as a user types them, against a real hub process: `gpufed token create` prints
+the token alone on its last line, the CLI finds `gpufed up`'s admin token by itself, and a
+member's token gets exactly a member's rights."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufed.cli import main
+from gpufed.up import Federation
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Federation]:
+    fed = Federation(tmp_path / ".gpufed", 0, fleet=())
+    fed.start(timeout_s=60)
+    # As after `gpufed up` in this folder: no token in the environment, the file beside it.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUFED_API", fed.api_url)
+    for name in ("GPUFED_TOKEN", "GPUFED_ADMIN_TOKEN", "GPUFED_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        yield fed
+    finally:
+        fed.stop()
+
+
+def gpufed(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
+    hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert stat.S_IMODE(os.stat(hub.token_file).st_mode) == 0o600
+    tokens = {}
+    for user, team in (("alice", "vision"), ("bob", "nlp")):
+        code, out, _ = gpufed(
+            capsys, "token", "create", "--user", user, "--team", team, "--role", "member"
+        )
+        assert code == 0
+        tokens[user] = out.splitlines()[-1]
+        assert tokens[user].startswith("gpufed_") and " " not in tokens[user]
+    code, out, _ = gpufed(capsys, "token", "create", "--user", "ops", "--role", "admin")
+    assert code == 0 and out.splitlines()[-1].startswith("gpufed_")
+
+    monkeypatch.setenv("GPUFED_TOKEN", tokens["bob"])
+    code, out, _ = gpufed(capsys, "submit", "--name", "bobs", "--team", "nlp", "--", "true")
+    assert code == 0
+    bobs = out.strip()
+
+    monkeypatch.setenv("GPUFED_TOKEN", tokens["alice"])
+    code, _, err = gpufed(capsys, "submit", "--name", "x", "--team", "nlp", "--", "true")
+    assert code == 1 and "nlp" in err and "forbidden" in err
+    code, out, _ = gpufed(capsys, "jobs", "--json")
+    assert code == 0 and bobs not in out
+    code, _, err = gpufed(capsys, "cancel", bobs)
+    assert code == 1 and "nlp" in err
+    code, _, err = gpufed(capsys, "audit")
+    assert code == 1 and "team-admin" in err
+
+    monkeypatch.delenv("GPUFED_TOKEN")  # back to the admin token file
+    code, out, _ = gpufed(capsys, "audit")
+    lines = [line.split() for line in out.splitlines()]
+    assert any(
+        line[2:6] == ["alice", "member", "submit", "nlp"] and "denied" in line for line in lines
+    )
+    assert any(
+        line[2:6] == ["alice", "member", "cancel", "nlp"] and "denied" in line for line in lines
+    )
+    assert any(line[2:6] == ["bob", "member", "submit", "nlp"] and bobs in line for line in lines)
+
+
+def test_without_a_token_the_cli_says_how_to_get_one(
+    hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUFED_TOKEN_FILE", str(hub.data_dir / "missing.token"))
+    code, _, err = gpufed(capsys, "jobs")
+    assert code == 1 and "GPUFED_TOKEN" in err and "unauthenticated" in err
+
+
+def test_bootstrap_through_the_store_and_revoke(
+    hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{hub.data_dir / 'hub' / 'hub.db'}"
+    code, out, _ = gpufed(
+        capsys, "token", "create", "--store-url", url, "--user", "ops2", "--role", "admin"
+    )
+    assert code == 0
+    token = out.splitlines()[-1]
+    monkeypatch.setenv("GPUFED_TOKEN", token)
+    code, out, _ = gpufed(capsys, "whoami")
+    assert code == 0 and "ops2" in out and "admin of every team" in out
+    code, out, _ = gpufed(capsys, "token", "list", "--json")
+    token_id = token.split("_")[1]
+    assert code == 0 and token_id in out and token.split("_", 2)[2] not in out
+    assert gpufed(capsys, "token", "revoke", token_id)[0] == 0
+    code, _, err = gpufed(capsys, "whoami")
+    assert code == 1 and "revoked" in err

@@ -1,0 +1,83 @@
+"""OIDC bearer tokens: signed by the configured issuer's key, groups mapped to team roles."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jwt
+import yaml
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.integration.fed import InProcessFederation
+
+ISSUER = "https://login.example.test/realms/ml"
+
+
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _setup(root: Path, key: rsa.RSAPrivateKey) -> Path:
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (root / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig"}]}))
+    config = {
+        "issuer": ISSUER,
+        "audience": "gpufed",
+        "jwks_file": "jwks.json",
+        "user_claim": "email",
+        "admin_groups": ["platform"],
+        "group_roles": {"ml-vision": {"team": "vision", "role": "member"}},
+        "groups_are_teams": True,
+    }
+    path = root / "oidc.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _token(key: rsa.RSAPrivateKey, **claims: Any) -> str:
+    now = int(time.time())
+    body = {
+        "iss": ISSUER,
+        "aud": "gpufed",
+        "sub": "u1",
+        "email": "ana@example.test",
+        "groups": ["ml-vision"],
+        "iat": now,
+        "exp": now + 300,
+        **claims,
+    }
+    return jwt.encode(body, key, algorithm="RS256", headers={"kid": "k1"})
+
+
+async def test_oidc_tokens_map_groups_to_team_roles_and_forgeries_are_refused(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    key = _key()
+    await fed.start_hub(oidc_config=_setup(tmp_path, key))
+    job = {"name": "j", "command": ["sleep", "60"]}
+
+    async with fed.client(_token(key)) as ana:
+        me = (await ana.get("/v1/whoami")).json()
+        assert me["user"] == "ana@example.test" and me["teams"] == {"vision": "member"}
+        assert (await ana.post("/v1/workloads", json={**job, "team": "vision"})).status_code == 201
+        assert (await ana.post("/v1/workloads", json={**job, "team": "nlp"})).status_code == 403
+    async with fed.client(_token(key, groups=["nlp"])) as team_named:
+        assert (await team_named.get("/v1/whoami")).json()["teams"] == {"nlp": "member"}
+    async with fed.client(_token(key, groups=["platform"])) as admin:
+        assert (await admin.get("/v1/tokens")).status_code == 200
+
+    refused = [
+        _token(_key()),  # signed by another key
+        _token(key, exp=int(time.time()) - 3600),  # expired
+        _token(key, iss="https://evil.example.test"),  # another issuer
+        _token(key, aud="someone-else"),  # for another service
+        jwt.encode({"iss": ISSUER, "aud": "gpufed", "exp": 2**40}, "s" * 32, algorithm="HS256"),
+        _token(key).rsplit(".", 1)[0] + ".",  # signature stripped
+    ]
+    for token in refused:
+        async with fed.client(token) as caller:
+            response = await caller.get("/v1/whoami")
+            assert response.status_code == 401, response.text
