@@ -297,7 +297,11 @@ class Bus:
                     )
                 msgs = await sub.fetch(batch, timeout=1.0)
                 delay = 0.1
-            except (TimeoutError, nats.js.errors.FetchTimeoutError):
+            except (TimeoutError, nats.js.errors.FetchTimeoutError) as exc:
+                if sub is None:
+                    # The consumer lookup or creation timed out: a server slow under load (it
+                    # may yet create it; the next try finds it). Once the task's silent end.
+                    log.warning("consumer_subscribe_retry", durable=durable, error=_describe(exc))
                 continue  # nothing arrived (or a pull request was lost to a reconnect)
             except nats.js.errors.BadRequestError:
                 raise  # our consumer config is wrong: a retry cannot fix it
