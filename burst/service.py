@@ -37,6 +37,7 @@ from burst.errors import BurstError, InsufficientCapacityError
 from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
 from bus.client import Bus
+from bus.tasks import supervise
 from schemas import subjects
 from schemas.burst import (
     BURST_DEMAND,
@@ -132,7 +133,7 @@ class BurstController:
                 provider=self.provider.name,
                 instances=sum(1 for r in self.fleet.values() if r.state.active),
             )
-            loop = asyncio.create_task(self._loop(stop), name="burst-loop")
+            loop = supervise(self._loop(stop), "burst-loop")
             await stop.wait()
             self._wake.set()
             try:

@@ -21,6 +21,7 @@ import structlog
 import yaml
 
 from bus.client import Bus
+from bus.tasks import supervise
 from hub import reconcile as reconciliation
 from hub import transitions
 from hub.core.model import Plan, RunningWorkload, Snapshot
@@ -176,9 +177,9 @@ class HubService:
             burst.BURST_STREAM, burst.HUB_BURST_CONSUMER, burst.BURST_INSTANCES, h.on_instance, stop
         )
         tasks = [
-            asyncio.create_task(self._cycle_loop(stop), name="hub-cycle"),
-            asyncio.create_task(events, name="hub-events"),
-            asyncio.create_task(instances, name="hub-burst"),
+            supervise(self._cycle_loop(stop), "hub-cycle"),
+            supervise(events, "hub-events"),
+            supervise(instances, "hub-burst"),
         ]
         await self.publisher.republish_unpublished()
         self.ready.set()

@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from bus.client import Bus
+from bus.tasks import supervise
 from schemas import (
     Assignment,
     CancelCommand,
@@ -111,14 +112,14 @@ class SpokeAgent:
         await self.bus.connect()
         log_sub = await self.bus.nc.subscribe(subjects.logs(self.settings.id), cb=self._on_log_msg)
         tasks = [
-            asyncio.create_task(self._heartbeat_loop(stop), name="spoke-heartbeat"),
-            asyncio.create_task(self._outbox_loop(), name="spoke-outbox"),
+            supervise(self._heartbeat_loop(stop), "spoke-heartbeat"),
+            supervise(self._outbox_loop(), "spoke-outbox"),
         ]
         try:
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
-            tasks.append(asyncio.create_task(self._sync_loop(stop), name="spoke-sync"))
+            tasks.append(supervise(self._sync_loop(stop), "spoke-sync"))
             tasks.append(
-                asyncio.create_task(
+                supervise(
                     self.bus.consume(
                         subjects.COMMANDS_STREAM,
                         subjects.spoke_consumer(self.settings.id),
@@ -126,7 +127,7 @@ class SpokeAgent:
                         self._on_command_msg,
                         stop,
                     ),
-                    name="spoke-commands",
+                    "spoke-commands",
                 )
             )
             self.ready.set()
