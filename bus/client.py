@@ -196,21 +196,14 @@ class Bus:
                     timeout=self.settings.publish_timeout_s,
                     headers={"Nats-Msg-Id": msg_id},
                 )
-            except (
-                TimeoutError,
-                nats.errors.TimeoutError,
-                nats.errors.ConnectionClosedError,
-                nats.errors.ConnectionReconnectingError,
-                nats.errors.OutboundBufferLimitError,
-                nats.errors.NoRespondersError,
-                nats.js.errors.NoStreamResponseError,
-                nats.js.errors.ServiceUnavailableError,
-            ) as exc:
+            except nats.js.errors.BadRequestError:
+                raise  # the server refuses this message itself: a retry would be refused too
+            except (TimeoutError, OSError, nats.errors.Error) as exc:
+                # Everything else is the server or the link being away, restarting or not yet
+                # serving the stream (503, 500, no responders, a stream not recovered yet).
                 if deadline is not None and loop.time() > deadline:
                     raise
-                log.warning(
-                    "publish_retry", subject=subject, msg_id=msg_id, error=type(exc).__name__
-                )
+                log.warning("publish_retry", subject=subject, msg_id=msg_id, error=_describe(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -259,18 +252,33 @@ class Bus:
             max_ack_pending=1000,
             filter_subject=filter_subject,
         )
-        sub = await self.js.pull_subscribe(
-            filter_subject, durable=durable, stream=stream, config=config
-        )
+        sub = None
+        delay = 0.1
         while not stop.is_set():
             try:
+                if sub is None:
+                    sub = await self.js.pull_subscribe(
+                        filter_subject, durable=durable, stream=stream, config=config
+                    )
                 msgs = await sub.fetch(1, timeout=1.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-                await asyncio.sleep(0.5)
-                continue
-            except nats.js.errors.FetchTimeoutError:
+                delay = 0.1
+            except (TimeoutError, nats.js.errors.FetchTimeoutError):
+                continue  # nothing arrived (or a pull request was lost to a reconnect)
+            except nats.js.errors.BadRequestError:
+                raise  # our consumer config is wrong: a retry cannot fix it
+            except (OSError, nats.errors.Error) as exc:
+                # The consumer does not answer: the server is shutting down (JetStream stops
+                # before the client connections close, so a pull meets "no responders"),
+                # restarting, or lost the consumer. Never give up: a consumer loop that dies
+                # stops the whole flow while everything else looks healthy. Subscribe afresh,
+                # which creates the consumer again if it is gone.
+                log.warning("consumer_retry", durable=durable, error=_describe(exc))
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+                    sub = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
                 continue
             for msg in msgs:
                 try:
@@ -312,6 +320,11 @@ class Bus:
 
     async def _on_closed(self) -> None:
         self.connected.clear()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _stream_configs() -> list[StreamConfig]:

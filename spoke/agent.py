@@ -406,9 +406,15 @@ class SpokeAgent:
         subject = subjects.events(self.settings.id)
         while True:
             event = await self._outbox.get()
-            await self.bus.publish_durable(
-                subject, event.model_dump_json().encode(), event.event_id
-            )
+            while True:
+                try:
+                    await self.bus.publish_durable(
+                        subject, event.model_dump_json().encode(), event.event_id
+                    )
+                    break
+                except Exception as exc:  # a refusal: retried slowly, the order kept
+                    log.error("event_publish_refused", event=event.event_id, error=str(exc))
+                    await asyncio.sleep(5.0)
             self.journal.delivered(event.event_id)
             self._outbox.task_done()
 
