@@ -32,7 +32,13 @@ class Cycle:
         async with state.lock:
             now = state.clock()
             pending = [
-                Workload(w.id, w.spec, w.submitted_at, claims_freed=w.id in state.claims)
+                Workload(
+                    w.id,
+                    w.spec,
+                    w.submitted_at,
+                    claims_freed=w.id in state.claims,
+                    avoid_spokes=frozenset(w.rejected_by),
+                )
                 for w in state.workloads.values()
                 if w.phase == Phase.QUEUED
             ]

@@ -203,6 +203,8 @@ class Handlers:
             transitions.start(w, now)
             return True
         reason = lifecycle.REPORTED_ENDS[event.phase]
+        if event.reason == "runtime_refused" and event.spoke_id not in w.rejected_by:
+            w.rejected_by.append(event.spoke_id)  # never placed there again
         ended = transitions.end(w, reason, now, event.message or event.reason, event.exit_code)
         # The spoke frees devices before it reports the end: its last report may list them.
         self.state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)

@@ -3,7 +3,14 @@
 Imports nothing else of ours: every other package depends on this one.
 """
 
-from schemas.capacity import CapacityReport, NodeCapacity, RunningRef, SpokeKind
+from schemas.capacity import (
+    CapacityReport,
+    NodeCapacity,
+    RunningRef,
+    RuntimeCapabilities,
+    SpokeKind,
+    mig_profile,
+)
 from schemas.commands import (
     Assignment,
     CancelCommand,
@@ -38,6 +45,7 @@ __all__ = [
     "PreemptCommand",
     "RestartPolicy",
     "RunningRef",
+    "RuntimeCapabilities",
     "SpokeKind",
     "SubmitReply",
     "SyncReply",
@@ -45,5 +53,6 @@ __all__ = [
     "WireModel",
     "WorkloadEvent",
     "WorkloadSpec",
+    "mig_profile",
     "parse_command",
 ]

@@ -29,14 +29,16 @@ from schemas import (
     PlaceCommand,
     PreemptCommand,
     RunningRef,
+    RuntimeCapabilities,
     SyncReply,
     SyncRequest,
     WorkloadEvent,
+    mig_profile,
     parse_command,
     subjects,
 )
 from schemas.common import clean_text
-from spoke.errors import SpokeError
+from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.journal import Journal
 from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
 from spoke.settings import SpokeSettings
@@ -165,7 +167,15 @@ class SpokeAgent:
             price_per_gpu_hour=self.settings.price_per_gpu_hour,
             applied_seq=self.journal.state.applied_seq,
             sent_at=self.clock(),
+            capabilities=self._capabilities(),
         )
+
+    def _capabilities(self) -> RuntimeCapabilities:
+        caps = self.runtime.capabilities()
+        if not caps.mig:
+            return caps
+        profiles = sorted({p for n in self._nodes if (p := mig_profile(n)) is not None})
+        return caps.model_copy(update={"mig_profiles": tuple(profiles)})
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -312,8 +322,10 @@ class SpokeAgent:
             await self.runtime.start(launch)
         except SpokeError as exc:
             self.journal.ended(wid, command.epoch)
+            # "runtime_refused": this spoke will never run it, and the hub sends it elsewhere.
+            reason = "runtime_refused" if isinstance(exc, PermanentSpokeError) else "runtime_error"
             await self._emit(
-                wid, command.epoch, EventPhase.REJECTED, reason="runtime_error", message=str(exc)
+                wid, command.epoch, EventPhase.REJECTED, reason=reason, message=str(exc)
             )
         self._report_now.set()
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from schemas import Assignment, EventPhase, WorkloadSpec
+from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.ports import EventSink, Launch, RuntimeEvent
 
 log = structlog.get_logger(__name__)
@@ -142,6 +142,10 @@ class LocalRuntime:
                 log.info("process_adopted", workload=wid, pids=run.pids)
             run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
         return adopted
+
+    def capabilities(self) -> RuntimeCapabilities:
+        """Fractions and gangs (one process per node), but no MIG slices: it has no driver."""
+        return RuntimeCapabilities(mig=False)
 
     def running(self) -> dict[str, int]:
         return {wid: run.launch.epoch for wid, run in self._runs.items()}
