@@ -167,9 +167,9 @@ class Bus:
             await nc.flush(timeout=1)
         await nc.close()
 
-    async def publish(self, subject: str, payload: bytes) -> None:
+    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
         """Core NATS publish: at most once, for data that a newer message supersedes."""
-        await self.nc.publish(subject, payload)
+        await self.nc.publish(subject, payload, reply=reply)
 
     async def publish_durable(
         self,

@@ -75,6 +75,14 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--price", type=float, default=0.0, help="$ per GPU-hour (cloud)")
     spoke.add_argument("--resync-interval", type=float, default=30.0, help="s between full syncs")
     spoke.add_argument(
+        "--fence-after",
+        type=float,
+        default=None,
+        help="s without hearing the hub before movable work stops (default and maximum: the "
+        "hub's lost_after less the stop grace and 3 heartbeats)",
+    )
+    spoke.add_argument("--stop-grace", type=float, default=5.0, help="SIGTERM to SIGKILL s")
+    spoke.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
         help="stop running work when the spoke stops (default: it runs on and is re-adopted)",
@@ -163,6 +171,8 @@ def _spoke(args: argparse.Namespace) -> int:
             labels=labels,
             price_per_gpu_hour=args.price,
             resync_interval_s=args.resync_interval,
+            fence_after_s=args.fence_after,
+            stop_grace_s=args.stop_grace,
             stop_workloads_on_exit=args.stop_workloads_on_exit,
             kubeconfig=args.kubeconfig,
             kube_context=args.context,

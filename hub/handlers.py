@@ -6,6 +6,7 @@ hearing the others. JetStream messages are acked once their effect is saved.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from schemas import (
     CapacityReport,
     ErrorReply,
     EventPhase,
+    LeaseAck,
     SubmitReply,
     SyncReply,
     SyncRequest,
@@ -121,6 +123,16 @@ class Handlers:
         if is_new or now - self._spoke_persisted.get(report.spoke_id, 0) > SPOKE_PERSIST_EVERY_S:
             self._spoke_persisted[report.spoke_id] = now
             await state.db(state.store.save_spoke, spoke.model_copy())
+        if msg.reply:
+            # The spoke's lease: it keeps its movable work only while these keep coming.
+            ack = LeaseAck(
+                spoke_id=report.spoke_id,
+                incarnation=report.incarnation,
+                seq=report.seq,
+                lost_after_s=self.leases.lost_after_s,
+            )
+            with contextlib.suppress(Exception):  # the next report gets the next ack
+                await msg.respond(ack.model_dump_json().encode())
         if previous is None or _free_changed(previous, report):
             state.trigger()
 

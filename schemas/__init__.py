@@ -5,6 +5,7 @@ Imports nothing else of ours: every other package depends on this one.
 
 from schemas.capacity import (
     CapacityReport,
+    LeaseAck,
     NodeCapacity,
     RunningRef,
     RuntimeCapabilities,
@@ -24,6 +25,7 @@ from schemas.errors import ErrorReply, GpufedError
 from schemas.events import EventPhase, WorkloadEvent
 from schemas.sync import SyncReply, SyncRequest
 from schemas.workloads import (
+    HubLoss,
     Phase,
     RestartPolicy,
     SubmitReply,
@@ -39,6 +41,8 @@ __all__ = [
     "ErrorReply",
     "EventPhase",
     "GpufedError",
+    "HubLoss",
+    "LeaseAck",
     "NodeCapacity",
     "Phase",
     "PlaceCommand",

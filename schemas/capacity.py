@@ -91,6 +91,21 @@ class RuntimeCapabilities(WireModel):
         return None
 
 
+class LeaseAck(WireModel):
+    """The hub's answer to a capacity report: it heard report `seq` of that incarnation.
+
+    A spoke measures "heard the hub" from when it *sent* the acknowledged report, which is
+    never later than when the hub saw it: its fence deadline always falls before the hub's
+    lost_after deadline for the same report.
+    """
+
+    spoke_id: Identifier
+    incarnation: str
+    seq: int = Field(ge=0)
+    lost_after_s: float = Field(gt=0)
+    term: int = Field(default=0, ge=0, description="The leading hub's term.")
+
+
 class CapacityReport(WireModel):
     """Heartbeat: inventory, what runs, and who the spoke is."""
 

@@ -25,6 +25,7 @@ from schemas import (
     CancelCommand,
     CapacityReport,
     EventPhase,
+    LeaseAck,
     NodeCapacity,
     PlaceCommand,
     PreemptCommand,
@@ -39,6 +40,7 @@ from schemas import (
 )
 from schemas.common import clean_text
 from spoke.errors import PermanentSpokeError, SpokeError
+from spoke.fencing import Fence
 from spoke.journal import Journal
 from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
 from spoke.settings import SpokeSettings
@@ -81,6 +83,13 @@ class SpokeAgent:
         self._sync_now = asyncio.Event()
         self._seq = 0
         self._stops: set[asyncio.Task[None]] = set()
+        self.fence = Fence(
+            settings.workdir / "fence.json",
+            heartbeat_s=settings.heartbeat_s,
+            stop_grace_s=settings.stop_grace_s,
+            fence_after_s=settings.fence_after_s,
+        )
+        self._lease_inbox = ""
 
     @property
     def _allocations(self) -> dict[str, tuple[int, tuple[Assignment, ...]]]:
@@ -97,9 +106,12 @@ class SpokeAgent:
             self._outbox.put_nowait(event)  # owed to the hub from before a restart
         await self._adopt()
         await self.bus.connect()
+        self._lease_inbox = self.bus.nc.new_inbox()
+        await self.bus.nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
         tasks = [
             asyncio.create_task(self._heartbeat_loop(stop), name="spoke-heartbeat"),
             asyncio.create_task(self._outbox_loop(), name="spoke-outbox"),
+            asyncio.create_task(self._fence_loop(stop), name="spoke-fence"),
         ]
         try:
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
@@ -154,6 +166,7 @@ class SpokeAgent:
     def report(self) -> CapacityReport:
         """The heartbeat as it would be sent now."""
         self._seq += 1
+        self.fence.sent(self._seq, self.clock())
         running = self.runtime.running()
         return CapacityReport(
             spoke_id=self.settings.id,
@@ -182,7 +195,9 @@ class SpokeAgent:
             try:
                 await self._refresh_inventory()
                 await self.bus.publish(
-                    subjects.capacity(self.settings.id), self.report().model_dump_json().encode()
+                    subjects.capacity(self.settings.id),
+                    self.report().model_dump_json().encode(),
+                    reply=self._lease_inbox,
                 )
             except Exception as exc:  # a failed heartbeat is logged; the next one may work
                 log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
@@ -190,6 +205,37 @@ class SpokeAgent:
                 await asyncio.wait_for(self._report_now.wait(), self.settings.heartbeat_s)
             self._report_now.clear()
             await asyncio.sleep(MIN_REPORT_INTERVAL_S)
+
+    async def _on_lease_ack(self, msg: Msg) -> None:
+        try:
+            ack = LeaseAck.model_validate_json(msg.data)
+        except ValidationError as exc:
+            log.warning("malformed_lease_ack", error=str(exc)[:500])
+            return
+        if ack.spoke_id == self.settings.id and ack.incarnation == self.incarnation:
+            self.fence.acked(ack)
+
+    async def _fence_loop(self, stop: asyncio.Event) -> None:
+        """Stop movable work once the hub has gone unheard for fence_after (see fencing)."""
+        every = min(0.5, self.settings.heartbeat_s / 2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                self.fence.save()
+            if self.fence.overdue(self.clock()):
+                for wid in sorted(self.runtime.running()):
+                    if wid in self.fence.kept or wid in self.fence.stopped:
+                        continue
+                    self.fence.stopped.add(wid)
+                    log.warning(
+                        "fencing_workload",
+                        workload=wid,
+                        silent_s=round(self.clock() - (self.fence.heard_at or 0.0), 1),
+                        fence_after_s=self.fence.fence_after_s,
+                    )
+                    self.counters["fenced"] += 1
+                    self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.PREEMPTED)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
 
     async def _refresh_inventory(self) -> None:
         self._nodes = {n.name: n for n in await self.inventory.nodes()}
@@ -308,6 +354,18 @@ class SpokeAgent:
         if wid in self.runtime.running():
             # An older assignment of this workload still runs here: it was superseded.
             await self.runtime.stop(wid, 0.0, EventPhase.CANCELLED)
+        if command.spec.fenced and self.fence.overdue(self.clock()):
+            # The hub may have moved it already: this Place can be older than that move.
+            log.warning("placement_fenced", workload=wid, epoch=command.epoch)
+            self._epochs[wid] = command.epoch
+            await self._emit(
+                wid,
+                command.epoch,
+                EventPhase.REJECTED,
+                reason="fenced",
+                message=f"spoke {self.settings.id} has not heard the hub lately",
+            )
+            return
         problem = self._check(command)
         if problem is not None:
             log.warning("placement_rejected", workload=wid, problem=problem)
@@ -317,6 +375,7 @@ class SpokeAgent:
             )
             return
         self.journal.placed(wid, command.epoch, command.assignments)
+        self.fence.placed(wid, command.spec.fenced)
         launch = Launch(wid, command.epoch, command.decision_id, command.spec, command.assignments)
         try:
             await self.runtime.start(launch)
@@ -375,6 +434,7 @@ class SpokeAgent:
         if event.phase != EventPhase.RUNNING:
             # Devices are released before the end is reported: the hub relies on that order.
             self.journal.ended(event.workload_id, event.epoch)
+            self.fence.ended(event.workload_id)
             self._report_now.set()
         await self._emit(
             event.workload_id,

@@ -26,6 +26,9 @@ class SpokeSettings(BaseModel):
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     resync_interval_s: float = Field(default=30.0, gt=0)
+    # Stop movable work after this long without hearing the hub; None: derived from the hub's
+    # lost_after (always lowered to that, whatever is set here). See spoke/fencing.py.
+    fence_after_s: float | None = Field(default=None, gt=0)
     max_pending_events: int = Field(default=100_000, ge=1)
     stop_workloads_on_exit: bool = False
     kubeconfig: str | None = None
