@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import nats.errors as nats_errors
+
 from gpufed import __version__, logs
 
 
@@ -58,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     hub.add_argument("--suspect-after", type=float, default=15.0, help="s of silence: no new work")
     hub.add_argument("--lost-after", type=float, default=120.0, help="s of silence: move its work")
+    hub.add_argument(
+        "--event-domain",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="source the event stream of the regional leaf node with this JetStream domain",
+    )
     hub.set_defaults(func=_hub)
 
     spoke = sub.add_parser("spoke", help="run a spoke agent in a cluster")
@@ -103,6 +112,15 @@ def _parser() -> argparse.ArgumentParser:
 
     add_replay_parser(sub)
 
+    region = sub.add_parser(
+        "region-streams",
+        help="on a regional leaf node: mirror its spokes' commands, keep their events locally",
+    )
+    region.add_argument("--nats-url", required=True, help="the region's leaf node")
+    region.add_argument("--hub-domain", default="hub", help="the hub's JetStream domain")
+    region.add_argument("--spoke", action="append", required=True, metavar="ID")
+    region.set_defaults(func=_region_streams)
+
     schemas_cmd = sub.add_parser("schemas", help="wire schemas")
     schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
     export = schemas_sub.add_parser("export", help="write JSON Schema for every wire model")
@@ -136,12 +154,34 @@ def _hub(args: argparse.Namespace) -> int:
         suspect_after_s=args.suspect_after,
         lost_after_s=args.lost_after,
         admin_token=args.admin_token,
+        event_domains=tuple(args.event_domain),
     )
     try:
         asyncio.run(serve_hub(settings))
     except (HubError, OSError) as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _region_streams(args: argparse.Namespace) -> int:
+    from bus.client import Bus, BusSettings
+
+    async def run() -> None:
+        bus = Bus(BusSettings(url=args.nats_url, name="gpufed-region-streams"))
+        await bus.connect(first_attempt_timeout_s=10)
+        try:
+            await bus.ensure_regional_streams(args.hub_domain, tuple(args.spoke))
+        finally:
+            await bus.close()
+
+    logs.configure()
+    try:
+        asyncio.run(run())
+    except (OSError, TimeoutError, ValueError, nats_errors.Error) as exc:
+        print(f"gpufed region-streams: {exc}", file=sys.stderr)
+        return 1
+    print(f"streams ready for {', '.join(args.spoke)} (hub domain {args.hub_domain})")
     return 0
 
 

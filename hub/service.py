@@ -123,7 +123,7 @@ class HubService:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set."""
         await self.bus.connect()
-        await self.bus.ensure_streams()
+        await self.bus.ensure_streams(self.settings.event_domains)
         await self._load()
         nc, h = self.bus.nc, self.handlers
         subs = [
