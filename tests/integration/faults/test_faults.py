@@ -113,17 +113,21 @@ async def test_dead_spoke_work_reruns_elsewhere_once_and_is_not_resumed(
     client = api(fed)
     await wait_http(client, {"eu-1"})
     log = tmp_path / "runs.log"
+    release = tmp_path / "release"  # the workloads run until it exists: none ends too early
     ids = []
     for i in range(4):
-        response = await client.post(
-            "/v1/workloads", json=job(log, f"long-{i}", 8, restart_policy="on_failure")
+        spec = job(log, f"long-{i}", 1, restart_policy="on_failure")
+        spec["command"][-1] = spec["command"][-1].replace(
+            "; sleep", f"; while [ ! -e {release} ]; do sleep 0.1; done; sleep"
         )
+        response = await client.post("/v1/workloads", json=spec)
         ids.append(response.json()["id"])
     while len(runs(log)) < 4:
         await asyncio.sleep(0.05)
     fed.start_spoke(fed.spoke("eu-2"))
     await wait_http(client, {"eu-1", "eu-2"})
     fed.kill("eu-1")  # its workloads' processes run on, orphaned
+    release.touch()
     records = await wait_terminal(client, set(ids), timeout=60)
     assert {r["phase"] for r in records.values()} == {"succeeded"}
     assert {r["spoke_id"] for r in records.values()} == {"eu-2"}
