@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     spoke.add_argument("--stop-grace", type=float, default=5.0, help="SIGTERM to SIGKILL s")
     spoke.add_argument(
+        "--interruption-imds",
+        default=None,
+        metavar="URL",
+        help="watch this instance metadata service for a spot interruption notice and drain "
+        "(EC2: http://169.254.169.254)",
+    )
+    spoke.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
         help="stop running work when the spoke stops (default: it runs on and is re-adopted)",
@@ -212,6 +219,7 @@ def _spoke(args: argparse.Namespace) -> int:
             price_per_gpu_hour=args.price,
             resync_interval_s=args.resync_interval,
             fence_after_s=args.fence_after,
+            interruption_imds_url=args.interruption_imds,
             stop_grace_s=args.stop_grace,
             stop_workloads_on_exit=args.stop_workloads_on_exit,
             kubeconfig=args.kubeconfig,

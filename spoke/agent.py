@@ -41,6 +41,7 @@ from schemas import (
 from schemas.common import clean_text
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.fencing import Fence
+from spoke.interruption import InterruptionNotice, watch_interruption
 from spoke.journal import Journal
 from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
 from spoke.settings import SpokeSettings
@@ -90,6 +91,7 @@ class SpokeAgent:
             fence_after_s=settings.fence_after_s,
         )
         self._lease_inbox = ""
+        self.draining = False  # a spot interruption notice came: the instance is going
 
     @property
     def _allocations(self) -> dict[str, tuple[int, tuple[Assignment, ...]]]:
@@ -113,6 +115,10 @@ class SpokeAgent:
             asyncio.create_task(self._outbox_loop(), name="spoke-outbox"),
             asyncio.create_task(self._fence_loop(stop), name="spoke-fence"),
         ]
+        if self.settings.interruption_imds_url:
+            url = self.settings.interruption_imds_url
+            watch = watch_interruption(self._drain, stop, base_url=url)
+            tasks.append(asyncio.create_task(watch, name="spoke-interruption"))
         try:
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
             tasks.append(asyncio.create_task(self._sync_loop(stop), name="spoke-sync"))
@@ -221,21 +227,20 @@ class SpokeAgent:
         while not stop.is_set():
             with contextlib.suppress(OSError):
                 self.fence.save()
-            if self.fence.overdue(self.clock()):
-                for wid in sorted(self.runtime.running()):
-                    if wid in self.fence.kept or wid in self.fence.stopped:
-                        continue
-                    self.fence.stopped.add(wid)
-                    log.warning(
-                        "fencing_workload",
-                        workload=wid,
-                        silent_s=round(self.clock() - (self.fence.heard_at or 0.0), 1),
-                        fence_after_s=self.fence.fence_after_s,
-                    )
-                    self.counters["fenced"] += 1
-                    self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.PREEMPTED)
+            for wid in self.fence.to_stop(self.runtime.running(), self.clock()):
+                self.counters["fenced"] += 1
+                self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.PREEMPTED)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
+
+    async def _drain(self, notice: InterruptionNotice) -> None:
+        """Take no more work and stop all of it gracefully (reported preempted: requeued)."""
+        self.draining = True
+        self._report_now.set()  # unschedulable nodes: the hub places nothing more here
+        # Leave the work its grace, but have it gone well before the instance.
+        grace = max(0.0, min(self.settings.stop_grace_s, notice.at - self.clock() - 30.0))
+        for wid in sorted(self.runtime.running()):
+            self._stop_in_background(wid, grace, EventPhase.PREEMPTED)
 
     async def _refresh_inventory(self) -> None:
         self._nodes = {n.name: n for n in await self.inventory.nodes()}
@@ -266,7 +271,7 @@ class SpokeAgent:
             free_devices=tuple(free),
             device_free_fraction={d: max(0.0, 1.0 - used) for d, used in shared.items()},
             labels=node.labels,
-            schedulable=node.schedulable,
+            schedulable=node.schedulable and not self.draining,
         )
 
     # --- reconciliation ---
@@ -354,17 +359,14 @@ class SpokeAgent:
         if wid in self.runtime.running():
             # An older assignment of this workload still runs here: it was superseded.
             await self.runtime.stop(wid, 0.0, EventPhase.CANCELLED)
-        if command.spec.fenced and self.fence.overdue(self.clock()):
-            # The hub may have moved it already: this Place can be older than that move.
-            log.warning("placement_fenced", workload=wid, epoch=command.epoch)
+        # Fenced, the hub may have moved it already (this Place can be older than the move);
+        # draining, the instance is about to go.
+        fenced = command.spec.fenced and self.fence.overdue(self.clock())
+        if fenced or self.draining:
+            why = "fenced" if fenced else "draining"
+            log.warning("placement_refused", workload=wid, epoch=command.epoch, reason=why)
             self._epochs[wid] = command.epoch
-            await self._emit(
-                wid,
-                command.epoch,
-                EventPhase.REJECTED,
-                reason="fenced",
-                message=f"spoke {self.settings.id} has not heard the hub lately",
-            )
+            await self._emit(wid, command.epoch, EventPhase.REJECTED, reason=why, message=why)
             return
         problem = self._check(command)
         if problem is not None:

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 import structlog
@@ -89,6 +90,21 @@ class Fence:
         """Whether the hub has not been heard for fence_after."""
         after = self.fence_after_s
         return self.heard_at is not None and after is not None and now - self.heard_at > after
+
+    def to_stop(self, running: Iterable[str], now: float) -> list[str]:
+        """Running workloads to stop now (each once per silence); none while the hub is heard."""
+        if not self.overdue(now):
+            return []
+        due = sorted(w for w in running if w not in self.kept and w not in self.stopped)
+        for wid in due:
+            self.stopped.add(wid)
+            log.warning(
+                "fencing_workload",
+                workload=wid,
+                silent_s=round(now - (self.heard_at or 0.0), 1),
+                fence_after_s=self.fence_after_s,
+            )
+        return due
 
     def placed(self, workload_id: str, fenced: bool) -> None:
         """Remember whether a workload just started is stopped by fencing."""

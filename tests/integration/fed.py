@@ -81,6 +81,7 @@ class InProcessFederation:
         heartbeat_s: float = 0.5,
         runtime: RuntimeFactory | None = None,
         nats_url: str | None = None,
+        **extra: Any,
     ) -> SpokeAgent:
         nats_url = nats_url or self.nats_url  # a regional leaf node, or the hub's server
         settings = SpokeSettings(
@@ -91,6 +92,7 @@ class InProcessFederation:
             state_dir=self.root / "spokes",
             heartbeat_s=heartbeat_s,
             stop_grace_s=2.0,
+            **extra,
         )
         agent = build_spoke(settings, StaticInventory(inventory), runtime)
         self.spokes[spoke_id] = agent
