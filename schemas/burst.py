@@ -83,6 +83,7 @@ class DemandReport(WireModel):
     items: tuple[DemandItem, ...] = Field(default=(), max_length=MAX_DEMAND_ITEMS)
     sent_at: float = Field(description="Hub clock, seconds since the epoch.")
     seq: int = Field(ge=0, description="Increases with every report of one hub process.")
+    term: int = Field(default=0, ge=0, description="The sending hub's term; older ones ignored.")
 
 
 class InstanceEvent(WireModel):

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 import nats.errors
@@ -39,6 +39,7 @@ from schemas import (
     subjects,
 )
 from schemas.common import clean_text
+from spoke.devices import check_assignments, usage
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.fencing import Fence
 from spoke.interruption import InterruptionNotice, watch_interruption
@@ -48,7 +49,6 @@ from spoke.settings import SpokeSettings
 
 log = structlog.get_logger(__name__)
 
-_EPS = 1e-9
 #: Heartbeats triggered by a change are spaced at least this far apart (they coalesce).
 MIN_REPORT_INTERVAL_S = 0.05
 #: Decision ids remembered to drop repeats (JetStream dedupes only inside its window).
@@ -245,22 +245,8 @@ class SpokeAgent:
     async def _refresh_inventory(self) -> None:
         self._nodes = {n.name: n for n in await self.inventory.nodes()}
 
-    def _usage(self, node: str) -> tuple[set[int], dict[int, float]]:
-        whole: set[int] = set()
-        shared: dict[int, float] = defaultdict(float)
-        for _epoch, assignments in self._allocations.values():
-            for a in assignments:
-                if a.node != node:
-                    continue
-                if a.fraction is None:
-                    whole.update(a.devices)
-                else:
-                    for d in a.devices:
-                        shared[d] += a.fraction
-        return whole, shared
-
     def _node_capacity(self, node: NodeInventory) -> NodeCapacity:
-        whole, shared = self._usage(node.name)
+        whole, shared = usage(self._allocations.values(), node.name)
         free = [d for d in range(node.gpu_count) if d not in whole and d not in shared]
         if node.busy_outside:
             free = free[: max(0, len(free) - node.busy_outside)]
@@ -337,12 +323,18 @@ class SpokeAgent:
             log.warning("malformed_command", subject=msg.subject, error=str(exc)[:500])
             await msg.ack()  # acked so it is not redelivered forever
             return
-        if command.decision_id in self._seen:
+        if command.term < self.fence.term:
+            # From a hub that is no longer the leader: the newer leader decides now.
+            self.counters["stale_term"] += 1
+            log.warning("command_old_term", decision=command.decision_id, term=command.term)
+        elif command.decision_id in self._seen:
             self.counters["duplicate"] += 1
             log.info("duplicate_decision", decision=command.decision_id)
         elif isinstance(command, PlaceCommand):
+            self.fence.saw_term(command.term)
             await self._place(command)
         else:
+            self.fence.saw_term(command.term)
             self._stop(command)
         self._remember(command.decision_id)
         with contextlib.suppress(AttributeError, ValueError):
@@ -368,7 +360,9 @@ class SpokeAgent:
             self._epochs[wid] = command.epoch
             await self._emit(wid, command.epoch, EventPhase.REJECTED, reason=why, message=why)
             return
-        problem = self._check(command)
+        problem = check_assignments(
+            command, self._nodes, self._allocations.values(), self.settings.id
+        )
         if problem is not None:
             log.warning("placement_rejected", workload=wid, problem=problem)
             self._epochs[wid] = command.epoch
@@ -389,25 +383,6 @@ class SpokeAgent:
                 wid, command.epoch, EventPhase.REJECTED, reason=reason, message=str(exc)
             )
         self._report_now.set()
-
-    def _check(self, command: PlaceCommand) -> str | None:
-        """Why this assignment cannot be honoured here, or None."""
-        for a in command.assignments:
-            node = self._nodes.get(a.node)
-            if node is None:
-                return f"no node {a.node!r} on spoke {self.settings.id}"
-            bad = [d for d in a.devices if not 0 <= d < node.gpu_count]
-            if bad:
-                return f"node {a.node} has no device {bad[0]} (it has {node.gpu_count})"
-            whole, shared = self._usage(a.node)
-            for d in a.devices:
-                if d in whole:
-                    return f"device {d} of node {a.node} is in use"
-                if a.fraction is None and d in shared:
-                    return f"device {d} of node {a.node} is shared by fractional work"
-                if a.fraction is not None and shared.get(d, 0.0) + a.fraction > 1.0 + _EPS:
-                    return f"device {d} of node {a.node} has only {1 - shared[d]:g} free"
-        return None
 
     def _stop(self, command: CancelCommand | PreemptCommand) -> None:
         wid = command.workload_id

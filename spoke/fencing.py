@@ -50,6 +50,7 @@ class Fence:
         self.heard_at: float | None = None
         self.lost_after_s: float | None = None
         self.kept: set[str] = set()  # running workloads fencing leaves alone
+        self.term = 0  # the newest hub term heard: commands and acks of older ones are ignored
         self.stopped: set[str] = set()  # fenced during the current silence
         self._sent: OrderedDict[int, float] = OrderedDict()
         self._dirty = False
@@ -64,8 +65,9 @@ class Fence:
     def acked(self, ack: LeaseAck) -> bool:
         """Take the hub's ack of one of our reports; True when it renews the lease."""
         at = self._sent.get(ack.seq)
-        if at is None:
-            return False
+        if at is None or ack.term < self.term:
+            return False  # not ours, or from a hub deposed since
+        self.saw_term(ack.term)
         if self.heard_at is None or at > self.heard_at:
             self.heard_at = at
             self._dirty = True
@@ -76,6 +78,12 @@ class Fence:
             log.info("hub_heard_again", fenced=len(self.stopped))
             self.stopped.clear()
         return True
+
+    def saw_term(self, term: int) -> None:
+        """A command or ack of hub term `term` was taken."""
+        if term > self.term:
+            self.term = term
+            self._dirty = True
 
     @property
     def fence_after_s(self) -> float | None:
@@ -127,6 +135,7 @@ class Fence:
             "heard_at": self.heard_at,
             "lost_after_s": self.lost_after_s,
             "kept": sorted(self.kept),
+            "term": self.term,
         }
         tmp = self.path.with_suffix(".tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,3 +150,4 @@ class Fence:
             self.lost_after_s = float(lost) if lost else None
             # Work placed after the last save is unknown here: it is fenced (the safe side).
             self.kept = {str(w) for w in state.get("kept", [])}
+            self.term = int(state.get("term", 0))
