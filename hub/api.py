@@ -17,6 +17,7 @@ from hub.errors import (
     InvalidPolicy,
     InvalidWorkload,
     NotFound,
+    NotLeader,
     Unavailable,
 )
 from hub.handlers import validation_error
@@ -34,6 +35,7 @@ _STATUS = {
     Conflict: 409,
     Forbidden: 403,
     Unavailable: 503,
+    NotLeader: 503,  # a standby: the same request to the leader works
 }
 
 

@@ -105,6 +105,7 @@ class Cycle:
                 epoch=w.epoch,
                 spec=w.spec,
                 assignments=placement.assignments,
+                term=self.state.term,
             )
             decisions.append(decision(command, placement.spoke_id, now))
             changed.append(w)
@@ -118,6 +119,7 @@ class Cycle:
                 workload_id=w.id,
                 epoch=w.epoch,
                 reason=preemption.reason,
+                term=self.state.term,
             )
             decisions.append(decision(preempt, preemption.spoke_id, now))
             changed.append(w)

@@ -130,6 +130,7 @@ class Handlers:
                 incarnation=report.incarnation,
                 seq=report.seq,
                 lost_after_s=self.leases.lost_after_s,
+                term=state.term,
             )
             with contextlib.suppress(Exception):  # the next report gets the next ack
                 await msg.respond(ack.model_dump_json().encode())

@@ -26,10 +26,11 @@ from hub import transitions
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.cycle import Cycle
-from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound
+from hub.errors import Conflict, InvalidPolicy, InvalidWorkload, NotFound, NotLeader
 from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.ids import decision_id, new_workload_id
+from hub.leadership import HOLDER_KEY, TERM_KEY, Leadership
 from hub.leases import Leases, SpokeStatus
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
@@ -80,6 +81,8 @@ class HubService:
         self.cycle = Cycle(self.state, self.leases, self.publisher)
         self.handlers = Handlers(self.state, self.leases, self.submit, self.reconcile)
         self.ready = asyncio.Event()
+        self.leadership = Leadership(settings.resolved_store_url(), poll_s=settings.leader_poll_s)
+        self.standby = True  # until this replica holds the leadership
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
@@ -121,8 +124,21 @@ class HubService:
     # --- lifecycle ---
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set."""
+        """Stand by until this replica leads (see hub.leadership), then serve until `stop`.
+
+        Raises NotLeader when the leadership is lost: the process exits and comes back as a
+        standby.
+        """
         await self.bus.connect()
+        reads = asyncio.create_task(self._serve_reads_while_standing_by(stop))
+        term = await self.leadership.acquire(stop, self._next_term)
+        reads.cancel()
+        await asyncio.gather(reads, return_exceptions=True)
+        if stop.is_set():
+            self.leadership.close()
+            await self.bus.close()
+            return
+        self.state.term, self.standby = term, False
         await self.bus.ensure_streams(self.settings.event_domains)
         await self._load()
         nc, h = self.bus.nc, self.handlers
@@ -147,13 +163,20 @@ class HubService:
             asyncio.create_task(self._cycle_loop(stop), name="hub-cycle"),
             asyncio.create_task(events, name="hub-events"),
             asyncio.create_task(instances, name="hub-burst"),
+            asyncio.create_task(self.leadership.watch(stop), name="hub-leadership"),
         ]
         await self.publisher.republish_unpublished()
         self.ready.set()
-        log.info("hub_ready", workloads=len(self.workloads), spokes=len(self.spokes))
+        log.info("hub_ready", workloads=len(self.workloads), spokes=len(self.spokes), term=term)
         try:
-            await stop.wait()
+            lost = asyncio.create_task(self.leadership.lost.wait())
+            await asyncio.wait(
+                [lost, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+            )
+            if self.leadership.lost.is_set():
+                raise NotLeader(f"this hub lost the leadership of term {term}")
         finally:
+            self.leadership.close()
             for sub in subs:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
@@ -162,6 +185,32 @@ class HubService:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.bus.close()
             log.info("hub_stopped")
+
+    async def _next_term(self) -> int:
+        """Store and return the next leadership term (only ever called by the lock holder)."""
+        stored = await self.db(self.store.get_setting, TERM_KEY)
+        term = int(stored or 0) + 1
+        await self.db(self.store.put_setting, TERM_KEY, str(term), self.clock())
+        await self.db(self.store.put_setting, HOLDER_KEY, self.leadership.holder, self.clock())
+        return term
+
+    async def _serve_reads_while_standing_by(self, stop: asyncio.Event) -> None:
+        # A standby answers reads from the store: refresh what the API shows from memory.
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                for spoke in await self.db(self.store.spokes):
+                    self.state.spokes[spoke.id] = spoke
+                    if spoke.report is not None:
+                        self.state.reports[spoke.id] = spoke.report
+            await asyncio.sleep(2.0)
+
+    async def _refuse_on_standby(self) -> None:
+        if self.standby:
+            holder = await self.db(self.store.get_setting, HOLDER_KEY)
+            raise NotLeader(
+                f"this hub is a standby and takes no writes; send it to the leader "
+                f"({holder or 'not known yet'})"
+            )
 
     async def _load(self) -> None:
         await self._load_policy()
@@ -178,6 +227,8 @@ class HubService:
 
     async def set_policy(self, data: dict[str, Any], source: str = "api") -> Policy:
         """Validate, persist and put in force a policy; a bad one is refused, the old one stays."""
+        if source == "api":
+            await self._refuse_on_standby()
         try:
             policy = policy_from_dict(data)
         except PolicyError as exc:
@@ -208,6 +259,7 @@ class HubService:
 
     async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
         """Accept a workload; raises InvalidWorkload for what policy refuses."""
+        await self._refuse_on_standby()
         if spec.priority_class not in self.policy.priorities:
             known = ", ".join(sorted(self.policy.priorities))
             raise InvalidWorkload(
@@ -227,6 +279,7 @@ class HubService:
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:
         """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""
+        await self._refuse_on_standby()
         decisions: list[DecisionRecord] = []
         async with self.state.lock:
             record = self.workloads.get(workload_id)
@@ -248,6 +301,7 @@ class HubService:
                     workload_id=record.id,
                     epoch=live.epoch,
                     reason="cancelled by user",
+                    term=self.state.term,
                 )
                 decisions.append(decision(command, live.spoke_id, now))
             await self.db(self.store.save, [record], decisions)
@@ -283,6 +337,8 @@ class HubService:
         """Readiness and counters for `/v1/health`."""
         return {
             "ok": self.ready.is_set(),
+            "role": "standby" if self.standby else "leader",
+            "term": self.state.term,
             "workloads_active": len(self.workloads),
             "spokes": len(self.spokes),
             "counters": dict(self.counters),

@@ -29,6 +29,9 @@ class HubSettings(BaseModel):
         default=(),
         description="JetStream domains of regional leaf nodes whose event streams the hub sources.",
     )
+    leader_poll_s: float = Field(
+        default=1.0, gt=0, description="How often a standby tries to take the leadership."
+    )
     missing_grace_s: float = Field(
         default=5.0, ge=0, description="How long a placement may be absent from a spoke's sync."
     )

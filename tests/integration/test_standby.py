@@ -1,0 +1,112 @@
+"""Two hub replicas on one PostgreSQL: one leads, the other stands by and takes over when the
+leader is killed with SIGKILL. Each workload appends "<id> <node>" to one file when it starts:
+the workloads' own record of how often they ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bus.client import Bus, BusSettings
+from bus.natsserver import free_port
+from gpufed.up import Federation, SimSpoke
+from tests.integration.test_faults import job, runs, submit_retrying, wait_http, wait_terminal
+from tests.integration.test_store import EmbeddedPostgres, pg_url, postgres  # noqa: F401
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+@pytest.fixture
+def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:  # noqa: F811
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
+        SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
+    )
+    fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, hub_args=("--store-url", pg_url))
+    (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    fed.nats.start()
+    standby_port = free_port()
+    try:
+        fed.start_hub()
+        fed._spawn(
+            "hub-b",
+            [
+                "hub",
+                "--nats-url", fed.nats.url,
+                "--data-dir", str(fed.data_dir / "hub-b"),
+                "--api-port", str(standby_port),
+                "--store-url", pg_url,
+            ],
+        )  # fmt: skip
+        for spoke in fleet:
+            fed.start_spoke(spoke)
+        yield fed, standby_port
+    finally:
+        fed.stop()
+
+
+async def health(client: httpx.AsyncClient) -> dict[str, Any]:
+    try:
+        return dict((await client.get("/v1/health")).json())
+    except httpx.TransportError:
+        return {}
+
+
+async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
+    two_hubs: tuple[Federation, int], tmp_path: Path
+) -> None:
+    fed, standby_port = two_hubs
+    leader = httpx.AsyncClient(base_url=fed.api_url, timeout=5)
+    standby = httpx.AsyncClient(base_url=f"http://127.0.0.1:{standby_port}", timeout=5)
+    bus = Bus(BusSettings(url=fed.nats.url, name="drill"))
+    try:
+        await wait_http(leader, {"eu-1", "us-1"})
+        while (await health(standby)).get("role") != "standby":
+            await asyncio.sleep(0.2)
+        assert (await health(leader))["role"] == "leader"
+        log = tmp_path / "runs.log"
+        refused = await standby.post("/v1/workloads", json=job(log, "w", 0.1))
+        assert refused.status_code == 503
+        assert refused.json()["code"] == "not_leader"
+        assert "standby" in refused.json()["message"]
+        first = (await leader.post("/v1/workloads", json=job(log, "first", 0.1))).json()["id"]
+        await wait_terminal(leader, {first}, timeout=30)
+        listed = (await standby.get(f"/v1/workloads/{first}")).json()  # reads are served
+        assert listed["phase"] == "succeeded"
+
+        await bus.connect()
+        accepted: list[str] = []
+
+        async def submitter() -> None:
+            for i in range(80):
+                wid = await submit_retrying(bus, job(log, f"j{i}", 0.3))
+                if wid is not None:
+                    accepted.append(wid)
+                await asyncio.sleep(0.02)
+
+        task = asyncio.create_task(submitter())
+        while len(accepted) < 25:
+            await asyncio.sleep(0.05)
+        fed.kill("hub")  # kill -9 of the leader mid-stream
+        await task
+        assert len(accepted) == 80
+        while (await health(standby)).get("role") != "leader":
+            await asyncio.sleep(0.1)
+        records = await wait_terminal(standby, {first, *accepted}, timeout=120)
+    finally:
+        await bus.close()
+        await leader.aclose()
+        await standby.aclose()
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    counts = Counter(w for w, _ in runs(log))
+    assert all(counts[w] == 1 for w in [first, *accepted]), {
+        w: counts[w] for w in accepted if counts[w] != 1
+    }
+    assert max(counts.values()) == 1
