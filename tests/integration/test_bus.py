@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
 from schemas import subjects
-from tests.integration.fed import until
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +37,11 @@ async def test_consumer_whose_server_side_vanished_comes_back_and_delivers(
     )
     try:
         await bus.publish_durable(subject, b"before", "m1")
-        await until(lambda: got == [b"before"])
+        await wait_until(lambda: got == [b"before"])
         await bus.js.delete_consumer(subjects.EVENTS_STREAM, "test-consumer")
         await asyncio.sleep(1.5)  # pulls now meet no consumer
         await bus.publish_durable(subject, b"after", "m2")
-        await until(lambda: got[-1:] == [b"after"], timeout=15)
+        await wait_until(lambda: got[-1:] == [b"after"], timeout=15)
         assert not task.done()
     finally:
         stop.set()

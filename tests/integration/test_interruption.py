@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from schemas import Phase, SpokeKind
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -114,12 +115,12 @@ async def test_interruption_notice_drains_the_cloud_spoke_and_its_work_reruns_el
         assert record["spoke_id"] == "burst-1"
     await fed.start_spoke("onprem-1", "eu", nodes("onprem-1", 1, 4, "H100"))
     await fed.wait_spokes(2)
-    await until(lambda: imds.polled_with_token > 0, timeout=20)
+    await wait_until(lambda: imds.polled_with_token > 0, timeout=20)
 
     goes_at = datetime.fromtimestamp(time.time() + 120, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     imds.notice = {"action": "terminate", "time": goes_at}
     # Drained: every copy on the cloud spoke was stopped (its TERM trap wrote its end).
-    await until(lambda: log.read_text().count("end ") == len(ids), timeout=30)
+    await wait_until(lambda: log.read_text().count("end ") == len(ids), timeout=30)
     release.touch()
     for wid in ids:
         record = await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=90)

@@ -18,8 +18,9 @@ import pytest
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats, free_port
 from schemas import Phase, subjects
-from tests.integration.fed import InProcessFederation, nodes, until
+from tests.integration.fed import InProcessFederation, nodes
 from tests.integration.proxy import CuttableProxy
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -143,7 +144,7 @@ async def test_a_region_cut_off_for_a_minute_works_on_and_reconciles(
             await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=90)
         await fed.wait_phase(late, {Phase.SUCCEEDED}, timeout=90)
         await fed.wait_phase(to_cancel, {Phase.CANCELLED}, timeout=90)
-        await until(lambda: all(s.counters["syncs"] > 1 for s in fed.spokes.values()), 60)
+        await wait_until(lambda: all(s.counters["syncs"] > 1 for s in fed.spokes.values()), 60)
     finally:
         await fed.close()
 

@@ -15,10 +15,15 @@ import httpx
 import pytest
 
 from bus.client import Bus, BusSettings
-from bus.natsserver import free_port
 from gpufed.up import Federation, SimSpoke
-from tests.integration.test_faults import job, runs, submit_retrying, wait_http, wait_terminal
-from tests.integration.test_store import EmbeddedPostgres, pg_url, postgres  # noqa: F401
+from tests.integration.faults.test_faults import (
+    job,
+    runs,
+    submit_retrying,
+    wait_http,
+    wait_terminal,
+)
+from tests.integration.test_store import pg_url, postgres  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -32,19 +37,9 @@ def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:  
     fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, hub_args=("--store-url", pg_url))
     (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
     fed.nats.start()
-    standby_port = free_port()
     try:
         fed.start_hub()
-        fed._spawn(
-            "hub-b",
-            [
-                "hub",
-                "--nats-url", fed.nats.url,
-                "--data-dir", str(fed.data_dir / "hub-b"),
-                "--api-port", str(standby_port),
-                "--store-url", pg_url,
-            ],
-        )  # fmt: skip
+        standby_port = fed.start_hub_replica("hub-b")
         for spoke in fleet:
             fed.start_spoke(spoke)
         yield fed, standby_port
