@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from nats.aio.msg import Msg
 
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
 from schemas import subjects
 from tests.support.wait import wait_until
-
-pytestmark = pytest.mark.integration
 
 
 async def test_consumer_whose_server_side_vanished_comes_back_and_delivers(

@@ -21,8 +21,6 @@ from schemas import Phase, SpokeKind
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
 TIMED = (
     "trap 'echo \"end $(date +%s%N) $GPUFED_WORKLOAD_ID\" >> {log}; exit 143' TERM; "
     'echo "start $(date +%s%N) $GPUFED_WORKLOAD_ID $GPUFED_NODE" >> {log}; '

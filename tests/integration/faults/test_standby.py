@@ -25,8 +25,6 @@ from tests.integration.faults.test_faults import (
 )
 from tests.integration.test_store import pg_url, postgres  # noqa: F401
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
 
 @pytest.fixture
 def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:  # noqa: F811
