@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from tests.integration.faults.test_faults import (
     wait_terminal,
 )
 from tests.integration.test_store import pg_url, postgres  # noqa: F401
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -52,18 +53,31 @@ async def health(client: httpx.AsyncClient) -> dict[str, Any]:
         return {}
 
 
+async def _one_each(found: Awaitable[dict[str, str]]) -> bool:
+    return sorted((await found).values()) == ["leader", "standby"]
+
+
 async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
     two_hubs: tuple[Federation, int], tmp_path: Path
 ) -> None:
-    fed, standby_port = two_hubs
-    leader = httpx.AsyncClient(base_url=fed.api_url, timeout=5)
-    standby = httpx.AsyncClient(base_url=f"http://127.0.0.1:{standby_port}", timeout=5)
+    fed, port_b = two_hubs
+    clients = {
+        "hub": httpx.AsyncClient(base_url=fed.api_url, timeout=5),
+        "hub-b": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5),
+    }
     bus = Bus(BusSettings(url=fed.nats.url, name="drill"))
+
+    async def roles() -> dict[str, str]:
+        return {name: (await health(c)).get("role", "") for name, c in clients.items()}
+
     try:
+        # Whichever replica took the lock first leads; the other stands by.
+        await wait_until(lambda: _one_each(roles()), timeout=60, what="one leader and one standby")
+        found = await roles()
+        leader_name = next(name for name, role in found.items() if role == "leader")
+        leader = clients[leader_name]
+        standby = clients["hub-b" if leader_name == "hub" else "hub"]
         await wait_http(leader, {"eu-1", "us-1"})
-        while (await health(standby)).get("role") != "standby":
-            await asyncio.sleep(0.2)
-        assert (await health(leader))["role"] == "leader"
         log = tmp_path / "runs.log"
         refused = await standby.post("/v1/workloads", json=job(log, "w", 0.1))
         assert refused.status_code == 503
@@ -87,7 +101,7 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
         task = asyncio.create_task(submitter())
         while len(accepted) < 25:
             await asyncio.sleep(0.05)
-        fed.kill("hub")  # kill -9 of the leader mid-stream
+        fed.kill(leader_name)  # kill -9 of the leader mid-stream
         await task
         assert len(accepted) == 80
         while (await health(standby)).get("role") != "leader":
@@ -95,8 +109,8 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
         records = await wait_terminal(standby, {first, *accepted}, timeout=120)
     finally:
         await bus.close()
-        await leader.aclose()
-        await standby.aclose()
+        for client in clients.values():
+            await client.aclose()
     assert {r["phase"] for r in records.values()} == {"succeeded"}
     counts = Counter(w for w, _ in runs(log))
     assert all(counts[w] == 1 for w in [first, *accepted]), {
