@@ -153,6 +153,7 @@ class Federation:
             [
                 "hub",
                 "--nats-url", self.nats.url,
+                *self.nats_args(identities.HUB, identities.hub_permissions()),
                 "--data-dir", str(self.data_dir / name),
                 "--api-port", str(port),
                 *self.hub_args,

@@ -124,9 +124,9 @@ async def test_assignment_of_a_busy_device_is_rejected(
 
 
 async def test_command_of_a_deposed_hub_is_never_applied(
-    fed: InProcessFederation, nats_server: EmbeddedNats, tmp_path: Path
+    fed: InProcessFederation, tmp_path: Path
 ) -> None:
-    bus = await _bus(nats_server.url)
+    bus = await _bus(fed)
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")
     new_leader = _place(tmp_path).model_copy(update={"term": 3})

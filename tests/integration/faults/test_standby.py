@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bus.client import Bus, BusSettings
+from bus.client import Bus
 from gpufed.up import Federation, SimSpoke
 from tests.integration.faults.test_faults import (
     job,
@@ -65,7 +65,7 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
         "hub": httpx.AsyncClient(base_url=fed.api_url, timeout=5),
         "hub-b": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5),
     }
-    bus = Bus(BusSettings(url=fed.nats.url, name="drill"))
+    bus = Bus(fed.client_settings("drill"))
 
     async def roles() -> dict[str, str]:
         return {name: (await health(c)).get("role", "") for name, c in clients.items()}
