@@ -82,7 +82,9 @@ class HubService:
         self.handlers = Handlers(self.state, self.leases, self.submit, self.reconcile)
         self.ready = asyncio.Event()
         self.leadership = Leadership(settings.resolved_store_url(), poll_s=settings.leader_poll_s)
-        self.standby = True  # until this replica holds the leadership
+        # A replica sharing a PostgreSQL store stands by until it holds the leadership; a hub on
+        # SQLite is alone and takes writes from its first moment (as before standbys existed).
+        self.standby = self.leadership.shared
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
