@@ -187,6 +187,25 @@ class Federation:
             ],
         )  # fmt: skip
 
+    def start_hub_replica(self, name: str) -> int:
+        """Another hub on the same store (PostgreSQL): a standby until the leader goes.
+
+        Returns its API port.
+        """
+        port = free_port()
+        self._spawn(
+            name,
+            [
+                "hub",
+                "--nats-url", self.nats.url,
+                *self.nats_args(identities.HUB, identities.hub_permissions()),
+                "--data-dir", str(self.data_dir / name),
+                "--api-port", str(port),
+                *self.hub_args,
+            ],
+        )  # fmt: skip
+        return port
+
     def start_spoke(self, spoke: SimSpoke, nats_url: str | None = None) -> None:
         inventory = self.data_dir / "inventories" / f"{spoke.id}.yaml"
         inventory.parent.mkdir(parents=True, exist_ok=True)
