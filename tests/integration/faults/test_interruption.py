@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hub.core.policy import Policy, Team
 from schemas import Phase, SpokeKind
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
@@ -88,6 +89,7 @@ async def imds() -> AsyncIterator[MetadataStandIn]:
 async def test_interruption_notice_drains_the_cloud_spoke_and_its_work_reruns_elsewhere(
     fed: InProcessFederation, imds: MetadataStandIn, tmp_path: Path
 ) -> None:
+    fed.policy = Policy(teams=(Team("drill", may_burst=True),))  # it runs on a cloud spoke
     await fed.start_hub()
     cloud = await fed.start_spoke(
         "burst-1",
