@@ -136,7 +136,10 @@ class Federation:
         from hub.store import Store
         from hub.tokens import ensure_admin_token
 
-        store = Store.sqlite(self.data_dir / "hub" / "hub.db")
+        # The store the hubs will use: a shared PostgreSQL one when `--store-url` names it.
+        args = list(self.hub_args)
+        url = args[args.index("--store-url") + 1] if "--store-url" in args[:-1] else None
+        store = Store(url) if url else Store.sqlite(self.data_dir / "hub" / "hub.db")
         try:
             if store.get_setting(POLICY_KEY) is None and self.policy:
                 from hub.policyfile import policy_from_dict, policy_to_dict

@@ -61,9 +61,10 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
     two_hubs: tuple[Federation, int], tmp_path: Path
 ) -> None:
     fed, port_b = two_hubs
+    auth = {"Authorization": f"Bearer {fed.admin_token}"}  # both replicas read one token table
     clients = {
-        "hub": httpx.AsyncClient(base_url=fed.api_url, timeout=5),
-        "hub-b": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5),
+        "hub": httpx.AsyncClient(base_url=fed.api_url, timeout=5, headers=auth),
+        "hub-b": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5, headers=auth),
     }
     bus = Bus(fed.client_settings("drill"))
 
