@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import nats.errors
 import structlog
@@ -34,6 +34,7 @@ from burst.core.planner import plan_burst
 from burst.core.state import accrue_spend, commit_plan, record_capacity_error
 from burst.credentials import InstanceCredentials
 from burst.errors import BurstError, InsufficientCapacityError
+from burst.fleet import InstanceRecord, cloud_fleet, still_listed
 from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
 from bus.client import Bus
@@ -59,23 +60,6 @@ STOP_GRACE_S = 10.0
 _REASON_MAX = 256
 
 
-@dataclass(slots=True)
-class _Instance:
-    """One burst instance as the controller knows it: its latest event plus what spokes said."""
-
-    event: InstanceEvent
-    launched_at: float
-    watched_since: float  # when this controller started listening for its spoke
-    joined_at: float | None = None
-    last_seen: float | None = None
-    idle_since: float | None = None
-    running: frozenset[str] = frozenset()
-
-    @property
-    def state(self) -> InstanceState:
-        return self.event.state
-
-
 class BurstController:
     """Runs the burst loop for one provider; `run(stop)` until `stop` is set."""
 
@@ -96,7 +80,7 @@ class BurstController:
         self.catalog = catalog
         self.policy = policy
         self.clock = clock
-        self.fleet: dict[str, _Instance] = {}
+        self.fleet: dict[str, InstanceRecord] = {}
         self.planner_state = PlannerState()
         self.demand: DemandReport | None = None
         self.ready = asyncio.Event()  # set once the hub's state is loaded and reconciled
@@ -222,7 +206,9 @@ class BurstController:
             if event.provider != self.provider.name:
                 continue
             # The launch time is refined by describe() in the reconcile that follows.
-            self.fleet[event.burst_id] = _Instance(event, launched_at=event.at, watched_since=now)
+            self.fleet[event.burst_id] = InstanceRecord(
+                event, launched_at=event.at, watched_since=now
+            )
             if event.state.active:
                 launched[event.team] = max(launched.get(event.team, 0.0), event.at)
             elif event.state is InstanceState.TERMINATED:
@@ -260,63 +246,15 @@ class BurstController:
             report = CapacityReport.model_validate_json(msg.data)
         except ValidationError:
             return
-        now = self.clock()
-        record.last_seen = now
-        running = frozenset(ref.workload_id for ref in report.running)
-        if running:
-            record.idle_since = None
-        elif record.idle_since is None:
-            record.idle_since = now
-        record.running = running
-        if record.joined_at is None:
-            record.joined_at = now
-            if record.state is InstanceState.REQUESTED:
-                self._wake.set()
+        if record.observe(report, self.clock()):
+            self._wake.set()  # its spoke joined: mark it running now
 
     # --- what the planner sees ---
 
     def _cloud_fleet(self, now: float) -> list[CloudInstance]:
-        fleet = []
-        for burst_id, record in sorted(self.fleet.items()):
-            if not record.state.active:
-                continue
-            heard = record.last_seen if record.last_seen is not None else record.watched_since
-            silent = now - heard > self.settings.spoke_silent_s
-            idle_since = record.idle_since
-            if silent and record.state is InstanceState.RUNNING:
-                # Its work is the hub's to move elsewhere once the spoke is lost.
-                idle_since = heard if idle_since is None else min(idle_since, heard)
-            event = record.event
-            fleet.append(
-                CloudInstance(
-                    id=burst_id,
-                    instance_type=event.instance_type,
-                    region=event.region,
-                    market=event.market,
-                    team=event.team,
-                    state=event.state,
-                    launched_at=record.launched_at,
-                    price_per_hour=event.price_per_hour,
-                    zone=event.zone,
-                    idle_since=idle_since,
-                    runs_non_preemptible=not silent
-                    and bool(record.running & self._non_preemptible),
-                    workload_ids=event.workload_ids,
-                )
-            )
-        self._forget_non_preemptible()
+        fleet = cloud_fleet(self.fleet, now, self.settings.spoke_silent_s, self._non_preemptible)
+        self._non_preemptible = still_listed(self._non_preemptible, self.demand, self.fleet)
         return fleet
-
-    def _forget_non_preemptible(self) -> None:
-        """Keep only ids still pending, running on a cloud spoke, or some instance's reason."""
-        if not self._non_preemptible:
-            return
-        keep = {w for item in (self.demand.items if self.demand else ()) for w in item.workload_ids}
-        for record in self.fleet.values():
-            if record.state.active:
-                keep |= record.running
-                keep.update(record.event.workload_ids)
-        self._non_preemptible &= keep
 
     # --- applying a plan ---
 
@@ -353,7 +291,7 @@ class BurstController:
             at=now,
             workload_ids=launch.workload_ids,
         )
-        record = _Instance(event, launched_at=now, watched_since=now)
+        record = InstanceRecord(event, launched_at=now, watched_since=now)
         self.fleet[burst_id] = record
         await self._publish(event, f"{burst_id}-{event.state.value}")
         # The credential is this instance's alone; it is never logged or published.
@@ -381,7 +319,7 @@ class BurstController:
         return True
 
     async def _launch_failed(
-        self, record: _Instance, launch: Launch, exc: Exception, now: float
+        self, record: InstanceRecord, launch: Launch, exc: Exception, now: float
     ) -> None:
         # Any failure blocks the offer for capacity_backoff_s, so the next round tries the next
         # offer instead of repeating a call that just failed (capacity, quota, bad config).
@@ -407,7 +345,7 @@ class BurstController:
             reason = f"launch failed: {type(exc).__name__}"
         await self._set_state(record, InstanceState.FAILED, reason, self.clock())
 
-    async def _accepted(self, record: _Instance, info: InstanceInfo) -> None:
+    async def _accepted(self, record: InstanceRecord, info: InstanceInfo) -> None:
         """Tell the hub the provider's details (instance id, zone) of a requested instance."""
         if info.launched_at is not None:
             record.launched_at = info.launched_at
@@ -438,7 +376,7 @@ class BurstController:
         await self._provider_terminate(record, reason)
         return True
 
-    async def _provider_terminate(self, record: _Instance, reason: str) -> None:
+    async def _provider_terminate(self, record: InstanceRecord, reason: str) -> None:
         """Ask the provider to terminate; on failure the record stays `terminating` (retried)."""
         burst_id = record.event.burst_id
         try:
@@ -468,7 +406,7 @@ class BurstController:
             await self._reconcile_one(record, info, now)
 
     async def _reconcile_one(
-        self, record: _Instance, info: InstanceInfo | None, now: float
+        self, record: InstanceRecord, info: InstanceInfo | None, now: float
     ) -> None:
         burst_id = record.event.burst_id
         was = record.state.value
@@ -510,7 +448,7 @@ class BurstController:
     # --- publishing ---
 
     async def _set_state(
-        self, record: _Instance, state: InstanceState, reason: str, now: float
+        self, record: InstanceRecord, state: InstanceState, reason: str, now: float
     ) -> None:
         if record.state is state:
             return

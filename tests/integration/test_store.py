@@ -39,6 +39,7 @@ from sqlmodel.sql.sqltypes import AutoString
 import hub.authstore  # noqa: F401  (registers the token, audit and spend tables)
 import hub.migrations as migrations
 from gpufed.postgres import EmbeddedPostgres
+from hub import migration_steps
 from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
@@ -359,7 +360,7 @@ def test_legacy_database_is_adopted_and_upgraded_with_rows_intact(
     db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Several backfill rounds, with a spoke-less record and unreadable JSON on the way.
-    monkeypatch.setattr(migrations, "BACKFILL_BATCH", 2)
+    monkeypatch.setattr(migration_steps, "BACKFILL_BATCH", 2)
     records = [
         workload("w1", phase=Phase.RUNNING, spoke="s1", at=1.0),
         workload("w2", phase=Phase.QUEUED, at=2.0),

@@ -125,8 +125,11 @@ def burst(tmp_path: Path) -> Iterator[Burst]:
 def test_work_bursts_to_a_cloud_spoke_that_is_released_when_idle(burst: Burst) -> None:
     client = burst.client
     assert client is not None
-    # Long enough that the on-prem GPU stays busy while the cloud spoke boots.
-    spec = {"team": "ml", "gpu_models": ["L4"], "command": ["sleep", "3"]}
+    # Each job holds its GPU until the gate opens, so the on-prem GPU stays busy however long
+    # the cloud spoke takes to boot (a fixed sleep raced a slow boot on a loaded machine).
+    gate = burst.state_dir / "gate"
+    hold = f"while [ ! -e {gate} ]; do sleep 0.1; done"
+    spec = {"team": "ml", "gpu_models": ["L4"], "command": ["sh", "-c", hold]}
     ids = [client.submit({**spec, "name": f"job-{n}"})["id"] for n in range(3)]
 
     def cloud_spokes() -> list[dict[str, Any]]:
@@ -134,6 +137,12 @@ def test_work_bursts_to_a_cloud_spoke_that_is_released_when_idle(burst: Burst) -
 
     burst.until(lambda: bool(cloud_spokes()), 30, "a cloud spoke to join")
     [cloud] = cloud_spokes()
+    burst.until(
+        lambda: any(client.workload(w)["spoke_id"] == cloud["id"] for w in ids),
+        30,
+        "work placed on the cloud spoke",
+    )
+    gate.touch()
     burst.until(
         lambda: all(client.workload(w)["phase"] == "succeeded" for w in ids), 60, "all jobs done"
     )
