@@ -6,6 +6,8 @@
   restart (process spawn) until a workload submitted at that moment is reported RUNNING.
 - spoke_death_to_rerun_s: a spoke running a workload is killed with SIGKILL; until the
   workload is RUNNING on another spoke (bounded below by --lost-after).
+- hub_failover_s: two hubs on one (embedded) PostgreSQL, the leader killed with SIGKILL; until
+  a workload submitted at that moment is RUNNING (the standby took over: hub.leadership).
 
 Prints one JSON object.
 """
@@ -15,12 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bus.client import Bus
+from gpufed.postgres import EmbeddedPostgres
 from gpufed.up import Federation, SimSpoke
 from schemas import SubmitReply, WorkloadEvent, subjects
 
@@ -99,6 +103,51 @@ async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
     }
 
 
+async def measure_failover(fed: Federation) -> float:
+    """kill -9 of the leading hub → a workload submitted then is RUNNING (standby took over)."""
+    bus = Bus(fed.client_settings("bench-failover"))
+    await bus.connect()
+    started: dict[str, float] = {}
+
+    async def on_event(msg: object) -> None:
+        event = WorkloadEvent.model_validate_json(msg.data)  # type: ignore[attr-defined]
+        if event.phase == "running":
+            started.setdefault(event.workload_id, time.perf_counter())
+
+    await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
+    warm = await submit(bus, {"name": "warm", "team": "bench", "command": ["true"]})
+    while warm not in started:  # noqa: ASYNC110 - the callback sets no event; polling is fine
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(2.0)  # the standby is polling the lock by now
+    print("killing the leading hub", file=sys.stderr, flush=True)
+    fed.kill("hub")
+    killed = time.perf_counter()
+    probe = await submit(bus, {"name": "probe", "team": "bench", "command": ["true"]})
+    while probe not in started:
+        if time.perf_counter() - killed > 120:
+            raise RuntimeError("no workload ran within 120 s of the leader's death")
+        await asyncio.sleep(0.005)
+    await bus.close()
+    return started[probe] - killed
+
+
+def failover(tmp: Path) -> float:
+    """Two hubs on an embedded PostgreSQL; see measure_failover."""
+    postgres = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="gpufed-pg-"))).start()
+    try:
+        url = postgres.url(postgres.create_database())
+        fed = Federation(tmp / "failover", api_port=0, fleet=FLEET, hub_args=("--store-url", url))
+        try:
+            fed.start()
+            fed.start_hub_replica("hub-b")
+            return asyncio.run(measure_failover(fed))
+        finally:
+            fed.stop()
+    finally:
+        postgres.stop()
+        shutil.rmtree(postgres.root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lost-after", type=float, default=10.0)
@@ -120,6 +169,7 @@ def main() -> None:
             result = asyncio.run(measure(fed, args.lost_after))
         finally:
             fed.stop()
+        result["hub_failover_s"] = round(failover(Path(tmp)), 3)
     print(json.dumps(result))
 
 

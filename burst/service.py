@@ -228,6 +228,9 @@ class BurstController:
         except ValidationError as exc:
             log.warning("burst_demand_malformed", error=str(exc)[:200])
             return
+        if self.demand is not None and report.term < self.demand.term:
+            log.warning("burst_demand_old_term", term=report.term, seen=self.demand.term)
+            return  # a deposed hub: only the leader of the newest term decides demand
         self.demand = report
         listed = {w for item in report.items if not item.spot_ok for w in item.workload_ids}
         self._non_preemptible |= listed

@@ -16,7 +16,15 @@ import structlog
 from nats.aio.client import Client, RawCredentials
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, PubAck, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ExternalStream,
+    PubAck,
+    StreamConfig,
+    StreamSource,
+    SubjectTransform,
+)
 
 from bus.tls import client_context
 from schemas import burst, subjects
@@ -170,9 +178,9 @@ class Bus:
             await nc.flush(timeout=1)
         await nc.close()
 
-    async def publish(self, subject: str, payload: bytes) -> None:
+    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
         """Core NATS publish: at most once, for data that a newer message supersedes."""
-        await self.nc.publish(subject, payload)
+        await self.nc.publish(subject, payload, reply=reply)
 
     async def publish_durable(
         self,
@@ -210,14 +218,52 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def ensure_streams(self) -> None:
-        """Create or update gpufed's streams (idempotent; the hub calls it at start)."""
-        for config in _stream_configs():
-            try:
-                await self.js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                await self.js.update_stream(config)
-            log.info("stream_ready", stream=config.name)
+    async def ensure_streams(self, event_domains: tuple[str, ...] = ()) -> None:
+        """Create or update gpufed's streams (idempotent; the hub calls it at start).
+
+        `event_domains`: JetStream domains of regional leaf nodes whose event streams the hub's
+        event stream sources (see ensure_regional_streams).
+        """
+        for config in _stream_configs(event_domains):
+            await self._put_stream(config)
+
+    async def ensure_regional_streams(self, hub_domain: str, spokes: tuple[str, ...]) -> None:
+        """On a regional leaf node: mirror the region's commands, keep its events locally.
+
+        GPUFED_COMMANDS here mirrors the hub's (domain `hub_domain`), only the subjects of
+        `spokes`; GPUFED_EVENTS here stores the region's events, and the hub's GPUFED_EVENTS
+        sources it. Spokes on the leaf use both under the usual names and keep working while
+        the WAN is down; each backlog flows once the link is back. Idempotent.
+        """
+        if not spokes:
+            raise ValueError("a region needs at least one spoke")
+        commands = [subjects.commands(s) for s in spokes]
+        await self._put_stream(
+            StreamConfig(
+                name=subjects.COMMANDS_STREAM,
+                mirror=StreamSource(
+                    name=subjects.COMMANDS_STREAM,
+                    external=ExternalStream(api=f"$JS.{hub_domain}.API"),
+                    subject_transforms=[SubjectTransform(src=c, dest=c) for c in commands],
+                ),
+                max_age=7 * 24 * 3600.0,
+            )
+        )
+        await self._put_stream(
+            StreamConfig(
+                name=subjects.EVENTS_STREAM,
+                subjects=[subjects.events(s) for s in spokes],
+                duplicate_window=DUPLICATE_WINDOW_S,
+                max_age=7 * 24 * 3600.0,
+            )
+        )
+
+    async def _put_stream(self, config: StreamConfig) -> None:
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await self.js.update_stream(config)
+        log.info("stream_ready", stream=config.name)
 
     async def wait_for_stream(self, name: str, stop: asyncio.Event | None = None) -> None:
         """Block until stream `name` exists (a spoke started before the hub waits here)."""
@@ -366,7 +412,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _stream_configs() -> list[StreamConfig]:
+def _stream_configs(event_domains: tuple[str, ...] = ()) -> list[StreamConfig]:
+    sources = [
+        StreamSource(name=subjects.EVENTS_STREAM, external=ExternalStream(api=f"$JS.{domain}.API"))
+        for domain in event_domains
+    ]
     return [
         StreamConfig(
             name=subjects.COMMANDS_STREAM,
@@ -379,6 +429,7 @@ def _stream_configs() -> list[StreamConfig]:
             subjects=[subjects.EVENTS_SUBJECTS],
             duplicate_window=DUPLICATE_WINDOW_S,
             max_age=7 * 24 * 3600.0,
+            sources=sources or None,
         ),
         StreamConfig(
             name=burst.BURST_STREAM,

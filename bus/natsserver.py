@@ -66,12 +66,20 @@ class EmbeddedNats:
         *,
         authority: NatsAuthority | None = None,
         tls: TlsFiles | None = None,
+        domain: str | None = None,
+        leaf_port: int | None = None,
+        leaf_remote: str | None = None,
     ) -> None:
+        """`domain`: its JetStream domain; `leaf_port`: listen for leaf nodes there (a hub);
+        `leaf_remote`: dial that hub as a leaf node (a region), retrying every second."""
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
         self.authority = authority
         self.tls = tls
+        self.domain = domain
+        self.leaf_port = leaf_port
+        self.leaf_remote = leaf_remote
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -123,10 +131,21 @@ class EmbeddedNats:
 
     def _write_config(self) -> Path:
         # Everything in a file (no secret in argv); JWTs are public, the keys stay elsewhere.
+        store = json.dumps(str(self.data_dir / "jetstream"))
+        domain = f", domain: {json.dumps(self.domain)}" if self.domain else ""
         lines = [
             f"listen: {json.dumps(f'{self.host}:{self.port}')}",
-            f"jetstream {{ store_dir: {json.dumps(str(self.data_dir / 'jetstream'))} }}",
+            f"server_name: {json.dumps(self.domain or f'gpufed-{self.port}')}",
+            f"jetstream {{ store_dir: {store}{domain} }}",
         ]
+        if self.leaf_port:
+            # no_advertise: leaf nodes dial only the address they were given (a test's
+            # cuttable link), never one learnt from the hub.
+            listen = json.dumps(f"{self.host}:{self.leaf_port}")
+            lines.append(f"leafnodes {{ listen: {listen}, no_advertise: true }}")
+        if self.leaf_remote:
+            remote = json.dumps(self.leaf_remote)
+            lines.append(f"leafnodes {{ reconnect: '1s', remotes: [ {{ url: {remote} }} ] }}")
         if self.tls is not None:
             lines.append(self.tls.server_block())
         if self.authority is not None:

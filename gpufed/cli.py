@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import nats.errors as nats_errors
+
 from gpufed import __version__, logs
 
 
@@ -65,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     hub.add_argument("--suspect-after", type=float, default=15.0, help="s of silence: no new work")
     hub.add_argument("--lost-after", type=float, default=120.0, help="s of silence: move its work")
+    hub.add_argument(
+        "--event-domain",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="source the event stream of the regional leaf node with this JetStream domain",
+    )
     hub.set_defaults(func=_hub)
 
     spoke = sub.add_parser("spoke", help="run a spoke agent in a cluster")
@@ -83,6 +92,21 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     spoke.add_argument("--price", type=float, default=0.0, help="$ per GPU-hour (cloud)")
     spoke.add_argument("--resync-interval", type=float, default=30.0, help="s between full syncs")
+    spoke.add_argument(
+        "--fence-after",
+        type=float,
+        default=None,
+        help="s without hearing the hub before movable work stops (default and maximum: the "
+        "hub's lost_after less the stop grace and 3 heartbeats)",
+    )
+    spoke.add_argument("--stop-grace", type=float, default=5.0, help="SIGTERM to SIGKILL s")
+    spoke.add_argument(
+        "--interruption-imds",
+        default=None,
+        metavar="URL",
+        help="watch this instance metadata service for a spot interruption notice and drain "
+        "(EC2: http://169.254.169.254)",
+    )
     spoke.add_argument(
         "--stop-workloads-on-exit",
         action="store_true",
@@ -116,6 +140,15 @@ def _parser() -> argparse.ArgumentParser:
     from gpufed.replay.cli import add_replay_parser
 
     add_replay_parser(sub)
+
+    region = sub.add_parser(
+        "region-streams",
+        help="on a regional leaf node: mirror its spokes' commands, keep their events locally",
+    )
+    region.add_argument("--nats-url", required=True, help="the region's leaf node")
+    region.add_argument("--hub-domain", default="hub", help="the hub's JetStream domain")
+    region.add_argument("--spoke", action="append", required=True, metavar="ID")
+    region.set_defaults(func=_region_streams)
 
     schemas_cmd = sub.add_parser("schemas", help="wire schemas")
     schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
@@ -151,12 +184,34 @@ def _hub(args: argparse.Namespace) -> int:
         lost_after_s=args.lost_after,
         admin_token=args.admin_token,
         oidc_config=args.oidc_config,
+        event_domains=tuple(args.event_domain),
     )
     try:
         asyncio.run(serve_hub(settings))
     except (HubError, OSError) as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _region_streams(args: argparse.Namespace) -> int:
+    from bus.client import Bus, BusSettings
+
+    async def run() -> None:
+        bus = Bus(BusSettings(url=args.nats_url, name="gpufed-region-streams"))
+        await bus.connect(first_attempt_timeout_s=10)
+        try:
+            await bus.ensure_regional_streams(args.hub_domain, tuple(args.spoke))
+        finally:
+            await bus.close()
+
+    logs.configure()
+    try:
+        asyncio.run(run())
+    except (OSError, TimeoutError, ValueError, nats_errors.Error) as exc:
+        print(f"gpufed region-streams: {exc}", file=sys.stderr)
+        return 1
+    print(f"streams ready for {', '.join(args.spoke)} (hub domain {args.hub_domain})")
     return 0
 
 
@@ -186,6 +241,9 @@ def _spoke(args: argparse.Namespace) -> int:
             labels=labels,
             price_per_gpu_hour=args.price,
             resync_interval_s=args.resync_interval,
+            fence_after_s=args.fence_after,
+            interruption_imds_url=args.interruption_imds,
+            stop_grace_s=args.stop_grace,
             stop_workloads_on_exit=args.stop_workloads_on_exit,
             journal_fsync=args.journal_fsync,
             kubeconfig=args.kubeconfig,

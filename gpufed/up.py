@@ -136,7 +136,10 @@ class Federation:
         from hub.store import Store
         from hub.tokens import ensure_admin_token
 
-        store = Store.sqlite(self.data_dir / "hub" / "hub.db")
+        # The store the hubs will use: a shared PostgreSQL one when `--store-url` names it.
+        args = list(self.hub_args)
+        url = args[args.index("--store-url") + 1] if "--store-url" in args[:-1] else None
+        store = Store(url) if url else Store.sqlite(self.data_dir / "hub" / "hub.db")
         try:
             if store.get_setting(POLICY_KEY) is None and self.policy:
                 from hub.policyfile import policy_from_dict, policy_to_dict
@@ -186,6 +189,25 @@ class Federation:
                 *self.hub_args,
             ],
         )  # fmt: skip
+
+    def start_hub_replica(self, name: str) -> int:
+        """Another hub on the same store (PostgreSQL): a standby until the leader goes.
+
+        Returns its API port.
+        """
+        port = free_port()
+        self._spawn(
+            name,
+            [
+                "hub",
+                "--nats-url", self.nats.url,
+                *self.nats_args(identities.HUB, identities.hub_permissions()),
+                "--data-dir", str(self.data_dir / name),
+                "--api-port", str(port),
+                *self.hub_args,
+            ],
+        )  # fmt: skip
+        return port
 
     def start_spoke(self, spoke: SimSpoke, nats_url: str | None = None) -> None:
         inventory = self.data_dir / "inventories" / f"{spoke.id}.yaml"

@@ -35,6 +35,7 @@ from hub.errors import (
     InvalidPolicy,
     InvalidWorkload,
     NotFound,
+    NotLeader,
     TooMany,
     Unauthenticated,
     Unavailable,
@@ -58,6 +59,7 @@ _STATUS = {
     Forbidden: 403,
     Unavailable: 503,
     TooMany: 429,
+    NotLeader: 503,  # a standby: the same request to the leader works
 }
 
 #: Most workloads one list call returns (`gpufed replay --from-hub` reads a whole history),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,6 +66,8 @@ class SpokeOut(BaseModel):
 
 class HealthOut(BaseModel):
     ok: bool
+    role: Literal["leader", "standby"]  # a standby answers reads and refuses writes (503)
+    term: int  # the leadership term this hub leads (0: never led)
     workloads_active: int
     spokes: int
     counters: dict[str, int]

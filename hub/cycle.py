@@ -26,7 +26,7 @@ class Cycle:
         self.leases = leases
         self.publisher = publisher
         # workload id -> (attempts, phase, core view) as of the last cycle that saw it
-        self._cache: dict[str, tuple[object, Phase, Workload | RunningWorkload | None]] = {}
+        self._cache: dict[str, tuple[object, Phase, int, Workload | RunningWorkload | None]] = {}
         self._seqs: dict[str, tuple[object, int, int | None]] = {}
 
     async def run(self) -> Plan:
@@ -82,19 +82,30 @@ class Cycle:
         running: list[RunningWorkload] = []
         for w in self.state.workloads.values():
             cached = cache.get(w.id)
-            if cached is None or cached[0] is not w.attempts or cached[1] is not w.phase:
+            if (
+                cached is None
+                or cached[0] is not w.attempts
+                or cached[1] is not w.phase
+                or cached[2] != len(w.rejected_by)  # the list only grows: its length suffices
+            ):
                 view: Workload | RunningWorkload | None = (
-                    Workload(w.id, w.spec, w.submitted_at)
+                    Workload(w.id, w.spec, w.submitted_at, avoid_spokes=frozenset(w.rejected_by))
                     if w.phase == Phase.QUEUED
                     else transitions.as_running(w)
                 )
-                cached = cache[w.id] = (w.attempts, w.phase, view)
-            view = cached[2]
+                cached = cache[w.id] = (w.attempts, w.phase, len(w.rejected_by), view)
+            view = cached[3]
             if isinstance(view, RunningWorkload):
                 running.append(view)
             elif view is not None:
                 if w.id in claims:
-                    view = Workload(w.id, w.spec, w.submitted_at, claims_freed=True)
+                    view = Workload(
+                        w.id,
+                        w.spec,
+                        w.submitted_at,
+                        claims_freed=True,
+                        avoid_spokes=view.avoid_spokes,
+                    )
                 pending.append(view)
         if len(cache) > 2 * len(self.state.workloads) + 1024:  # forget the ended
             live = self.state.workloads
@@ -136,6 +147,7 @@ class Cycle:
                 epoch=w.epoch,
                 spec=w.spec,
                 assignments=placement.assignments,
+                term=self.state.term,
             )
             decisions.append(decision(command, placement.spoke_id, now))
             changed.append(w)
@@ -150,6 +162,7 @@ class Cycle:
                 workload_id=w.id,
                 epoch=w.epoch,
                 reason=preemption.reason,
+                term=self.state.term,
             )
             decisions.append(decision(preempt, preemption.spoke_id, now))
             changed.append(w)

@@ -30,6 +30,12 @@ class Unavailable(HubError):
     retryable = True
 
 
+class NotLeader(Unavailable):
+    """This hub is a standby: it answers reads; writes go to the leader."""
+
+    code = "not_leader"
+
+
 class InvalidPolicy(HubError):
     """A policy the hub refuses; the one in force stays."""
 

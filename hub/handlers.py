@@ -7,6 +7,7 @@ hearing the others. JetStream messages are acked once their effect is saved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from schemas import (
     CapacityReport,
     ErrorReply,
     EventPhase,
+    LeaseAck,
     Phase,
     SubmitBatchReply,
     SubmitReply,
@@ -213,6 +215,17 @@ class Handlers:
         if is_new or now - self._spoke_persisted.get(report.spoke_id, 0) > SPOKE_PERSIST_EVERY_S:
             self._spoke_persisted[report.spoke_id] = now
             await state.db(state.store.save_spoke, spoke.model_copy())
+        if msg.reply:
+            # The spoke's lease: it keeps its movable work only while these keep coming.
+            ack = LeaseAck(
+                spoke_id=report.spoke_id,
+                incarnation=report.incarnation,
+                seq=report.seq,
+                lost_after_s=self.leases.lost_after_s,
+                term=state.term,
+            )
+            with contextlib.suppress(Exception):  # the next report gets the next ack
+                await msg.respond(ack.model_dump_json().encode())
         if previous is None or _free_changed(previous, report):
             state.trigger()
 
@@ -352,6 +365,8 @@ class Handlers:
             self.state.metrics.queue_wait.labels(w.spec.priority_class).observe(waited)
             return True
         reason = lifecycle.REPORTED_ENDS[event.phase]
+        if event.reason == "runtime_refused" and event.spoke_id not in w.rejected_by:
+            w.rejected_by.append(event.spoke_id)  # never placed there again
         ended = transitions.end(w, reason, now, event.message or event.reason, event.exit_code)
         self.state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
         # The spoke frees devices before it reports the end: its last report may list them.

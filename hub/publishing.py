@@ -101,7 +101,7 @@ class Publisher:
         """Tell burst what no spoke can serve: when it changes, and at least every 2 s."""
         report = unplaceable_demand(
             result.unplaced, pending, self.state.policy_at(now), now, self.demand.seq + 1
-        )
+        ).model_copy(update={"term": self.state.term})
         if self.state.burst_budget is not None:
             report = report.model_copy(update={"budget": self.state.burst_budget})
         if report.items == self.demand.items and now - self._demand_published_at < DEMAND_EVERY_S:

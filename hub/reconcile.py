@@ -12,7 +12,7 @@ from hub import transitions
 from hub.core.lifecycle import EndReason
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
-from schemas import Phase, RunningRef, SyncReply, SyncRequest
+from schemas import HubLoss, Phase, RunningRef, SyncReply, SyncRequest
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +73,12 @@ async def declare_lost(state: HubState, spoke: SpokeRecord, now: float) -> None:
             if live is None or live.spoke_id != spoke.id:
                 continue
             detail = f"spoke {spoke.id} silent for {now - spoke.last_seen:.0f}s"
+            if w.spec.on_hub_loss == HubLoss.KEEP:
+                # Its spoke keeps it running through any silence: moving it would run it
+                # twice. It waits for its spoke (or a cancel) instead.
+                w.note(now, "spoke_lost_kept", detail)
+                changed.append(w)
+                continue
             _end_unreported(state, w, EndReason.SPOKE_LOST, now, detail)
             changed.append(w)
         await state.db(state.store.save, changed)

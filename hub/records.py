@@ -37,6 +37,8 @@ class WorkloadRecord(BaseModel):
     message: str = ""
     restarts: int = 0
     cancel_requested: bool = False
+    # Spokes whose runtime refused it for good: placement never sends it back to them.
+    rejected_by: list[str] = Field(default_factory=list)
     history: list[HistoryEntry] = Field(default_factory=list)
 
     @property

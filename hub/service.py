@@ -32,14 +32,13 @@ from hub.errors import (
     Conflict,
     HubError,
     InvalidPolicy,
-    InvalidWorkload,
     NotFound,
-    TooMany,
-    Unavailable,
+    NotLeader,
 )
 from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
-from hub.ids import decision_id, new_workload_id
+from hub.ids import decision_id
+from hub.leadership import HOLDER_KEY, TERM_KEY, Leadership
 from hub.leases import Leases, SpokeStatus
 from hub.metrics import HubMetrics
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
@@ -48,6 +47,7 @@ from hub.publishing import Publisher, decision
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.state import HubState
+from hub.submissions import Submissions
 from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
 from hub.views import teams_view
 from schemas import (
@@ -95,9 +95,12 @@ class HubService:
         )
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
-        self._to_commit: list[tuple[list[WorkloadRecord], asyncio.Future[None]]] = []
-        self._committer: asyncio.Task[None] | None = None
+        self.submissions = Submissions(self.state)
         self.state.metrics.bind(self)
+        self.leadership = Leadership(settings.resolved_store_url(), poll_s=settings.leader_poll_s)
+        # A replica sharing a PostgreSQL store stands by until it holds the leadership; a hub on
+        # SQLite is alone and takes writes from its first moment (as before standbys existed).
+        self.standby = self.leadership.shared
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
@@ -153,9 +156,22 @@ class HubService:
     # --- lifecycle ---
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set."""
+        """Stand by until this replica leads (see hub.leadership), then serve until `stop`.
+
+        Raises NotLeader when the leadership is lost: the process exits and comes back as a
+        standby.
+        """
         await self.bus.connect()
-        await self.bus.ensure_streams()
+        reads = asyncio.create_task(self._serve_reads_while_standing_by(stop))
+        term = await self.leadership.acquire(stop, self._next_term)
+        reads.cancel()
+        await asyncio.gather(reads, return_exceptions=True)
+        if stop.is_set():
+            self.leadership.close()
+            await self.bus.close()
+            return
+        self.state.term, self.standby = term, False
+        await self.bus.ensure_streams(self.settings.event_domains)
         await self._load()
         nc, h = self.bus.nc, self.handlers
         subs = [
@@ -180,13 +196,20 @@ class HubService:
             supervise(self._cycle_loop(stop), "hub-cycle"),
             supervise(events, "hub-events"),
             supervise(instances, "hub-burst"),
+            supervise(self.leadership.watch(stop), "hub-leadership"),
         ]
         await self.publisher.republish_unpublished()
         self.ready.set()
-        log.info("hub_ready", workloads=len(self.workloads), spokes=len(self.spokes))
+        log.info("hub_ready", workloads=len(self.workloads), spokes=len(self.spokes), term=term)
         try:
-            await stop.wait()
+            lost = asyncio.create_task(self.leadership.lost.wait())
+            await asyncio.wait(
+                [lost, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+            )
+            if self.leadership.lost.is_set():
+                raise NotLeader(f"this hub lost the leadership of term {term}")
         finally:
+            self.leadership.close()
             for sub in subs:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
@@ -197,6 +220,32 @@ class HubService:
                 await self.publisher.flush_marks()
             await self.bus.close()
             log.info("hub_stopped")
+
+    async def _next_term(self) -> int:
+        """Store and return the next leadership term (only ever called by the lock holder)."""
+        stored = await self.db(self.store.get_setting, TERM_KEY)
+        term = int(stored or 0) + 1
+        await self.db(self.store.put_setting, TERM_KEY, str(term), self.clock())
+        await self.db(self.store.put_setting, HOLDER_KEY, self.leadership.holder, self.clock())
+        return term
+
+    async def _serve_reads_while_standing_by(self, stop: asyncio.Event) -> None:
+        # A standby answers reads from the store: refresh what the API shows from memory.
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                for spoke in await self.db(self.store.spokes):
+                    self.state.spokes[spoke.id] = spoke
+                    if spoke.report is not None:
+                        self.state.reports[spoke.id] = spoke.report
+            await asyncio.sleep(2.0)
+
+    async def _refuse_on_standby(self) -> None:
+        if self.standby:
+            holder = await self.db(self.store.get_setting, HOLDER_KEY)
+            raise NotLeader(
+                f"this hub is a standby and takes no writes; send it to the leader "
+                f"({holder or 'not known yet'})"
+            )
 
     async def _load(self) -> None:
         await self._load_policy()
@@ -214,6 +263,8 @@ class HubService:
 
     async def set_policy(self, data: dict[str, Any], source: str = "api") -> Policy:
         """Validate, persist and put in force a policy; a bad one is refused, the old one stays."""
+        if source == "api":
+            await self._refuse_on_standby()
         try:
             policy = policy_from_dict(data)
         except PolicyError as exc:
@@ -245,108 +296,28 @@ class HubService:
     async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
         """Accept a workload; raises InvalidWorkload for what policy refuses and TooMany when
         its team already has its policy's `max_queued` workloads queued."""
-        record = self._new_record(spec, self._queued_counts())
-        await self._commit([record])
+        await self._refuse_on_standby()
+        record = self.submissions.new_record(spec, self.submissions.queued_counts())
+        await self.submissions.commit([record])
         return record
 
     async def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord | HubError]:
         """Accept what policy allows of `specs`, saved in one transaction; per spec, in order,
         the new record or why it was refused."""
+        await self._refuse_on_standby()
         results: list[WorkloadRecord | HubError] = []
-        queued = self._queued_counts()
+        queued = self.submissions.queued_counts()
         for spec in specs:
             try:
-                results.append(self._new_record(spec, queued))
+                results.append(self.submissions.new_record(spec, queued))
             except HubError as exc:
                 results.append(exc)
-        await self._commit([r for r in results if isinstance(r, WorkloadRecord)])
+        await self.submissions.commit([r for r in results if isinstance(r, WorkloadRecord)])
         return results
-
-    def _queued_counts(self) -> Counter[str]:
-        """Queued workloads per team, those still being saved included (for `max_queued`)."""
-        counts: Counter[str] = Counter(
-            w.spec.team for w in self.workloads.values() if w.phase == Phase.QUEUED
-        )
-        counts.update(r.spec.team for records, _ in self._to_commit for r in records)
-        return counts
-
-    def _new_record(self, spec: WorkloadSpec, queued: Counter[str]) -> WorkloadRecord:
-        cap = self.policy.max_queued(spec.team)
-        if cap is not None and queued[spec.team] >= cap:
-            self.counters["submit_throttled"] += 1
-            raise TooMany(
-                f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
-                field="team",
-            )
-        if spec.priority_class not in self.policy.priorities:
-            known = ", ".join(sorted(self.policy.priorities))
-            raise InvalidWorkload(
-                f"priority class {spec.priority_class!r} is not defined (known: {known})",
-                field="priority_class",
-            )
-        now = self.clock()
-        workload_id = new_workload_id()
-        while workload_id in self.workloads:  # never one id for two workloads
-            workload_id = new_workload_id()
-        record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now)
-        record.note(now, "submitted")
-        return record
-
-    async def _commit(self, records: list[WorkloadRecord]) -> None:
-        """Save new workloads, then take them on (group commit).
-
-        Submissions that arrive while a save is under way wait and are saved together in the
-        next transaction: under load one commit serves many submissions. Returns once
-        `records` are durable; raises what the store raised.
-        """
-        if not records:
-            return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._to_commit.append((records, done))
-        if self._committer is None or self._committer.done():
-            # Its own task: a submitter that goes away must not cancel the others' save.
-            self._committer = asyncio.create_task(self._commit_queued(), name="hub-commit")
-        await done
-
-    async def _commit_queued(self) -> None:
-        while self._to_commit:
-            batch, self._to_commit = self._to_commit, []
-            with contextlib.suppress(Exception):  # each waiter gets it from its future
-                await self._commit_batch(batch)
-
-    async def _commit_batch(
-        self, batch: list[tuple[list[WorkloadRecord], asyncio.Future[None]]]
-    ) -> None:
-        records = [r for rs, _ in batch for r in rs]
-        try:
-            async with self.state.lock:
-                await self.db(self.store.save, records)
-                for record in records:
-                    self.workloads[record.id] = record
-        except BaseException as exc:
-            for _, done in batch:
-                if not done.done():
-                    done.set_exception(
-                        exc
-                        if isinstance(exc, Exception)
-                        else Unavailable("the hub is stopping; try again")
-                    )
-            raise
-        for _, done in batch:
-            if not done.done():  # its submitter may have gone away
-                done.set_result(None)
-        self.counters["submitted"] += len(records)
-        for record in records:
-            log.info(
-                "workload_submitted",
-                workload=record.id,
-                team=record.spec.team,
-                gpus=record.spec.total_gpus,
-            )
-        self.trigger()
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:
         """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""
+        await self._refuse_on_standby()
         decisions: list[DecisionRecord] = []
         async with self.state.lock:
             record = self.workloads.get(workload_id)
@@ -368,6 +339,7 @@ class HubService:
                     workload_id=record.id,
                     epoch=live.epoch,
                     reason="cancelled by user",
+                    term=self.state.term,
                 )
                 decisions.append(decision(command, live.spoke_id, now))
             await self.db(self.store.save, [record], decisions)
@@ -440,6 +412,8 @@ class HubService:
         """Readiness and counters for `/v1/health`."""
         return {
             "ok": self.ready.is_set(),
+            "role": "standby" if self.standby else "leader",
+            "term": self.state.term,
             "workloads_active": len(self.workloads),
             "spokes": len(self.spokes),
             "counters": dict(self.counters),

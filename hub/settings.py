@@ -31,6 +31,13 @@ class HubSettings(BaseModel):
     tick_s: float = Field(default=2.0, gt=0)
     suspect_after_s: float = Field(default=15.0, gt=0)
     lost_after_s: float = Field(default=120.0, gt=0)
+    event_domains: tuple[str, ...] = Field(
+        default=(),
+        description="JetStream domains of regional leaf nodes whose event streams the hub sources.",
+    )
+    leader_poll_s: float = Field(
+        default=1.0, gt=0, description="How often a standby tries to take the leadership."
+    )
     missing_grace_s: float = Field(
         default=5.0, ge=0, description="How long a placement may be absent from a spoke's sync."
     )

@@ -61,6 +61,8 @@ class HubState:
     ended: dict[str, tuple[RunningWorkload, int]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.
     claims: set[str] = field(default_factory=set)
+    # The leadership term this hub leads under (hub.leadership); 0 while it stands by.
+    term: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _db_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))

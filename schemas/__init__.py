@@ -3,7 +3,15 @@
 Imports nothing else of ours: every other package depends on this one.
 """
 
-from schemas.capacity import CapacityReport, NodeCapacity, RunningRef, SpokeKind
+from schemas.capacity import (
+    CapacityReport,
+    LeaseAck,
+    NodeCapacity,
+    RunningRef,
+    RuntimeCapabilities,
+    SpokeKind,
+    mig_profile,
+)
 from schemas.commands import (
     Assignment,
     CancelCommand,
@@ -18,6 +26,7 @@ from schemas.events import EventPhase, WorkloadEvent
 from schemas.sync import SyncReply, SyncRequest
 from schemas.workloads import (
     MAX_BATCH,
+    HubLoss,
     Phase,
     RestartPolicy,
     SubmitBatchReply,
@@ -35,12 +44,15 @@ __all__ = [
     "ErrorReply",
     "EventPhase",
     "GpufedError",
+    "HubLoss",
+    "LeaseAck",
     "NodeCapacity",
     "Phase",
     "PlaceCommand",
     "PreemptCommand",
     "RestartPolicy",
     "RunningRef",
+    "RuntimeCapabilities",
     "SpokeKind",
     "SubmitBatchReply",
     "SubmitReply",
@@ -49,5 +61,6 @@ __all__ = [
     "WireModel",
     "WorkloadEvent",
     "WorkloadSpec",
+    "mig_profile",
     "parse_command",
 ]

@@ -107,6 +107,7 @@ class DemandReport(WireModel):
     budget: BurstBudget | None = Field(
         default=None, description="The hub policy's spend limits; None: the controller's own."
     )
+    term: int = Field(default=0, ge=0, description="The sending hub's term; older ones ignored.")
 
 
 class InstanceEvent(WireModel):

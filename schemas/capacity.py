@@ -17,7 +17,7 @@ from schemas.common import (
     SpokeId,
     WireModel,
 )
-from schemas.workloads import GpuModel
+from schemas.workloads import MAX_NODES, GpuModel
 
 #: Bounds that keep one report (and what the hub keeps of it) small.
 MAX_NODES_PER_SPOKE = 4096
@@ -53,6 +53,59 @@ class RunningRef(WireModel):
     epoch: int = Field(ge=0, le=MAX_EPOCH)
 
 
+#: A MIG slice pool is reported as a node named "<host>/mig-<profile>".
+MIG_NODE_SEPARATOR = "/"
+
+
+def mig_profile(node_name: str) -> str | None:
+    """The MIG profile ("mig-1g.10gb") a node name stands for, or None for a whole-GPU node."""
+    _host, sep, profile = node_name.partition(MIG_NODE_SEPARATOR)
+    return profile if sep and profile.startswith("mig-") else None
+
+
+class RuntimeCapabilities(WireModel):
+    """What a spoke's runtime can run; the hub never places anything else there.
+
+    The defaults describe a runtime that refuses nothing, so a report from an older spoke,
+    which carries no capabilities, is read as it was meant before.
+    """
+
+    fractions: bool = Field(default=True, description="Runs a share of one GPU (gpu_fraction).")
+    gangs: bool = Field(default=True, description="Runs one workload across several nodes.")
+    max_gang_nodes: int = Field(default=MAX_NODES, ge=1, le=MAX_NODES)
+    mig: bool = Field(default=True, description="Runs work on the MIG slices it reports.")
+    mig_profiles: tuple[str, ...] = Field(
+        default=(), description="MIG profiles its nodes offer now (mig-1g.10gb, ...)."
+    )
+
+    def refuses(self, nodes: int, fraction: bool, node_names: tuple[str, ...] = ()) -> str | None:
+        """Why this runtime would refuse such a workload, or None."""
+        if fraction and not self.fractions:
+            return "its runtime does not run fractional GPUs"
+        if nodes > 1 and not self.gangs:
+            return "its runtime does not run multi-node gangs"
+        if nodes > self.max_gang_nodes:
+            return f"its runtime runs gangs of at most {self.max_gang_nodes} nodes"
+        if not self.mig and any(mig_profile(n) for n in node_names):
+            return "its runtime does not run MIG slices"
+        return None
+
+
+class LeaseAck(WireModel):
+    """The hub's answer to a capacity report: it heard report `seq` of that incarnation.
+
+    A spoke measures "heard the hub" from when it *sent* the acknowledged report, which is
+    never later than when the hub saw it: its fence deadline always falls before the hub's
+    lost_after deadline for the same report.
+    """
+
+    spoke_id: Identifier
+    incarnation: str
+    seq: int = Field(ge=0)
+    lost_after_s: float = Field(gt=0)
+    term: int = Field(default=0, ge=0, description="The leading hub's term.")
+
+
 class CapacityReport(WireModel):
     """Heartbeat: inventory, what runs, and who the spoke is."""
 
@@ -69,3 +122,4 @@ class CapacityReport(WireModel):
         default=0, ge=0, description="Command stream sequence of the last command applied."
     )
     sent_at: float = Field(description="Spoke clock, seconds since the epoch.")
+    capabilities: RuntimeCapabilities = Field(default_factory=RuntimeCapabilities)

@@ -24,6 +24,9 @@ class _CommandBase(WireModel):
     epoch: int = Field(
         ge=0, le=MAX_EPOCH, description="Assignment epoch; a spoke drops older ones."
     )
+    term: int = Field(
+        default=0, ge=0, description="The leading hub's term; a spoke drops older terms."
+    )
 
 
 class PlaceCommand(_CommandBase):

@@ -59,6 +59,19 @@ class RestartPolicy(StrEnum):
     ON_FAILURE = "on_failure"
 
 
+class HubLoss(StrEnum):
+    """What its spoke does with a workload when it stops hearing the hub (execution fencing).
+
+    `auto`: stop it when the hub would run it elsewhere (restart_policy on_failure), so it never
+    runs twice; keep it otherwise. `stop`: always stop it. `keep`: never stop it; the hub then
+    never moves it either, and waits for its spoke to come back instead.
+    """
+
+    AUTO = "auto"
+    STOP = "stop"
+    KEEP = "keep"
+
+
 class Affinity(WireModel):
     """Where a workload may (required) or would rather (preferred) run."""
 
@@ -118,6 +131,19 @@ class WorkloadSpec(WireModel):
     max_runtime_s: int | None = Field(default=None, gt=0, le=90 * 24 * 3600)
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     max_restarts: int = Field(default=3, ge=0, le=100)
+    on_hub_loss: HubLoss = HubLoss.AUTO
+
+    @property
+    def fenced(self) -> bool:
+        """Whether its spoke stops it once it has not heard the hub for fence_after."""
+        if self.on_hub_loss == HubLoss.AUTO:
+            return self.restart_policy == RestartPolicy.ON_FAILURE
+        return self.on_hub_loss == HubLoss.STOP
+
+    @property
+    def moved_when_spoke_lost(self) -> bool:
+        """Whether the hub reruns it elsewhere when its spoke is declared lost."""
+        return self.restart_policy == RestartPolicy.ON_FAILURE and self.on_hub_loss != HubLoss.KEEP
 
     @model_validator(mode="before")
     @classmethod

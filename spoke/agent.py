@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 import nats.errors
@@ -26,25 +26,31 @@ from schemas import (
     CancelCommand,
     CapacityReport,
     EventPhase,
+    LeaseAck,
     NodeCapacity,
     PlaceCommand,
     PreemptCommand,
     RunningRef,
+    RuntimeCapabilities,
     SyncReply,
     SyncRequest,
     WorkloadEvent,
+    mig_profile,
     parse_command,
     subjects,
 )
-from schemas import logs as log_schemas
 from schemas.common import clean_text
-from spoke.errors import SpokeError
+from spoke.devices import check_assignments, usage
+from spoke.errors import PermanentSpokeError, SpokeError
+from spoke.fencing import Fence
+from spoke.interruption import InterruptionNotice, watch_interruption
 from spoke.journal import Journal
+from spoke.logserve import answer_log_request
+from spoke.outbox import Outbox, drain, publish_outbox
 from spoke.ports import (
     EventSink,
     Inventory,
     Launch,
-    LogSource,
     NodeInventory,
     Runtime,
     RuntimeEvent,
@@ -53,13 +59,10 @@ from spoke.settings import SpokeSettings
 
 log = structlog.get_logger(__name__)
 
-_EPS = 1e-9
 #: Heartbeats triggered by a change are spaced at least this far apart (they coalesce).
 MIN_REPORT_INTERVAL_S = 0.05
 #: Decision ids remembered to drop repeats (JetStream dedupes only inside its window).
 SEEN_DECISIONS = 100_000
-#: Most events published together (pipelined: all sent, then all acks awaited).
-OUTBOX_BATCH = 256
 
 
 class SpokeAgent:
@@ -88,11 +91,19 @@ class SpokeAgent:
         )
         self._nodes: dict[str, NodeInventory] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._outbox: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()  # (event id, JSON)
+        self._outbox: Outbox = asyncio.Queue()
         self._report_now = asyncio.Event()
         self._sync_now = asyncio.Event()
         self._seq = 0
         self._stops: set[asyncio.Task[None]] = set()
+        self.fence = Fence(
+            settings.workdir / "fence.json",
+            heartbeat_s=settings.heartbeat_s,
+            stop_grace_s=settings.stop_grace_s,
+            fence_after_s=settings.fence_after_s,
+        )
+        self._lease_inbox = ""
+        self.draining = False  # a spot interruption notice came: the instance is going
 
     @property
     def _allocations(self) -> dict[str, tuple[int, tuple[Assignment, ...]]]:
@@ -111,10 +122,22 @@ class SpokeAgent:
         await self._adopt()
         await self.bus.connect()
         log_sub = await self.bus.nc.subscribe(subjects.logs(self.settings.id), cb=self._on_log_msg)
+        self._lease_inbox = self.bus.nc.new_inbox()
+        await self.bus.nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
         tasks = [
             supervise(self._heartbeat_loop(stop), "spoke-heartbeat"),
-            supervise(self._outbox_loop(), "spoke-outbox"),
+            supervise(
+                publish_outbox(
+                    self.bus, self.journal, self._outbox, subjects.events(self.settings.id)
+                ),
+                "spoke-outbox",
+            ),
+            supervise(self._fence_loop(stop), "spoke-fence"),
         ]
+        if self.settings.interruption_imds_url:
+            url = self.settings.interruption_imds_url
+            watch = watch_interruption(self._drain, stop, base_url=url)
+            tasks.append(supervise(watch, "spoke-interruption"))
         try:
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
             tasks.append(supervise(self._sync_loop(stop), "spoke-sync"))
@@ -145,13 +168,16 @@ class SpokeAgent:
             with contextlib.suppress(Exception):
                 await log_sub.unsubscribe()
             await self.runtime.close()
-            await self._drain_outbox(within_s=3.0)
+            await drain(self._outbox, within_s=3.0)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.bus.close()
             self.journal.close()
             log.info("spoke_stopped", spoke=self.settings.id)
+
+    async def _on_log_msg(self, msg: Msg) -> None:
+        await answer_log_request(msg, self.runtime, self.settings.id, self.counters)
 
     async def _adopt(self) -> None:
         adopted = await self.runtime.adopt()
@@ -174,6 +200,7 @@ class SpokeAgent:
     def report(self) -> CapacityReport:
         """The heartbeat as it would be sent now."""
         self._seq += 1
+        self.fence.sent(self._seq, self.clock())
         running = self.runtime.running()
         return CapacityReport(
             spoke_id=self.settings.id,
@@ -187,7 +214,15 @@ class SpokeAgent:
             price_per_gpu_hour=self.settings.price_per_gpu_hour,
             applied_seq=self.journal.state.applied_seq,
             sent_at=self.clock(),
+            capabilities=self._capabilities(),
         )
+
+    def _capabilities(self) -> RuntimeCapabilities:
+        caps = self.runtime.capabilities()
+        if not caps.mig:
+            return caps
+        profiles = sorted({p for n in self._nodes if (p := mig_profile(n)) is not None})
+        return caps.model_copy(update={"mig_profiles": tuple(profiles)})
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -195,7 +230,9 @@ class SpokeAgent:
                 await self._refresh_inventory()
                 self.journal.flush()
                 await self.bus.publish(
-                    subjects.capacity(self.settings.id), self.report().model_dump_json().encode()
+                    subjects.capacity(self.settings.id),
+                    self.report().model_dump_json().encode(),
+                    reply=self._lease_inbox,
                 )
             except Exception as exc:  # a failed heartbeat is logged; the next one may work
                 log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
@@ -204,25 +241,41 @@ class SpokeAgent:
             self._report_now.clear()
             await asyncio.sleep(MIN_REPORT_INTERVAL_S)
 
+    async def _on_lease_ack(self, msg: Msg) -> None:
+        try:
+            ack = LeaseAck.model_validate_json(msg.data)
+        except ValidationError as exc:
+            log.warning("malformed_lease_ack", error=str(exc)[:500])
+            return
+        if ack.spoke_id == self.settings.id and ack.incarnation == self.incarnation:
+            self.fence.acked(ack)
+
+    async def _fence_loop(self, stop: asyncio.Event) -> None:
+        """Stop movable work once the hub has gone unheard for fence_after (see fencing)."""
+        every = min(0.5, self.settings.heartbeat_s / 2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                self.fence.save()
+            for wid in self.fence.to_stop(self.runtime.running(), self.clock()):
+                self.counters["fenced"] += 1
+                self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.PREEMPTED)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+
+    async def _drain(self, notice: InterruptionNotice) -> None:
+        """Take no more work and stop all of it gracefully (reported preempted: requeued)."""
+        self.draining = True
+        self._report_now.set()  # unschedulable nodes: the hub places nothing more here
+        # Leave the work its grace, but have it gone well before the instance.
+        grace = max(0.0, min(self.settings.stop_grace_s, notice.at - self.clock() - 30.0))
+        for wid in sorted(self.runtime.running()):
+            self._stop_in_background(wid, grace, EventPhase.PREEMPTED)
+
     async def _refresh_inventory(self) -> None:
         self._nodes = {n.name: n for n in await self.inventory.nodes()}
 
-    def _usage(self, node: str) -> tuple[set[int], dict[int, float]]:
-        whole: set[int] = set()
-        shared: dict[int, float] = defaultdict(float)
-        for _epoch, assignments in self._allocations.values():
-            for a in assignments:
-                if a.node != node:
-                    continue
-                if a.fraction is None:
-                    whole.update(a.devices)
-                else:
-                    for d in a.devices:
-                        shared[d] += a.fraction
-        return whole, shared
-
     def _node_capacity(self, node: NodeInventory) -> NodeCapacity:
-        whole, shared = self._usage(node.name)
+        whole, shared = usage(self._allocations.values(), node.name)
         free = [d for d in range(node.gpu_count) if d not in whole and d not in shared]
         if node.busy_outside:
             free = free[: max(0, len(free) - node.busy_outside)]
@@ -233,7 +286,7 @@ class SpokeAgent:
             free_devices=tuple(free),
             device_free_fraction={d: max(0.0, 1.0 - used) for d, used in shared.items()},
             labels=node.labels,
-            schedulable=node.schedulable,
+            schedulable=node.schedulable and not self.draining,
         )
 
     # --- reconciliation ---
@@ -300,12 +353,18 @@ class SpokeAgent:
             log.warning("malformed_command", subject=msg.subject, error=str(exc)[:500])
             await msg.ack()  # acked so it is not redelivered forever
             return
-        if command.decision_id in self._seen:
+        if command.term < self.fence.term:
+            # From a hub that is no longer the leader: the newer leader decides now.
+            self.counters["stale_term"] += 1
+            log.warning("command_old_term", decision=command.decision_id, term=command.term)
+        elif command.decision_id in self._seen:
             self.counters["duplicate"] += 1
             log.info("duplicate_decision", decision=command.decision_id)
         elif isinstance(command, PlaceCommand):
+            self.fence.saw_term(command.term)
             await self._place(command)
         else:
+            self.fence.saw_term(command.term)
             self._stop(command)
         self._remember(command.decision_id)
         with contextlib.suppress(AttributeError, ValueError):
@@ -323,7 +382,18 @@ class SpokeAgent:
         if wid in self.runtime.running():
             # An older assignment of this workload still runs here: it was superseded.
             await self.runtime.stop(wid, 0.0, EventPhase.CANCELLED)
-        problem = self._check(command)
+        # Fenced, the hub may have moved it already (this Place can be older than the move);
+        # draining, the instance is about to go.
+        fenced = command.spec.fenced and self.fence.overdue(self.clock())
+        if fenced or self.draining:
+            why = "fenced" if fenced else "draining"
+            log.warning("placement_refused", workload=wid, epoch=command.epoch, reason=why)
+            self._epochs[wid] = command.epoch
+            await self._emit(wid, command.epoch, EventPhase.REJECTED, reason=why, message=why)
+            return
+        problem = check_assignments(
+            command, self._nodes, self._allocations.values(), self.settings.id
+        )
         if problem is not None:
             log.warning("placement_rejected", workload=wid, problem=problem)
             self._epochs[wid] = command.epoch
@@ -332,35 +402,19 @@ class SpokeAgent:
             )
             return
         self.journal.placed(wid, command.epoch, command.assignments)
+        self.fence.placed(wid, command.spec.fenced)
         self.journal.flush()  # on disk before the process exists
         launch = Launch(wid, command.epoch, command.decision_id, command.spec, command.assignments)
         try:
             await self.runtime.start(launch)
         except SpokeError as exc:
             self.journal.ended(wid, command.epoch)
+            # "runtime_refused": this spoke will never run it, and the hub sends it elsewhere.
+            reason = "runtime_refused" if isinstance(exc, PermanentSpokeError) else "runtime_error"
             await self._emit(
-                wid, command.epoch, EventPhase.REJECTED, reason="runtime_error", message=str(exc)
+                wid, command.epoch, EventPhase.REJECTED, reason=reason, message=str(exc)
             )
         self._report_now.set()
-
-    def _check(self, command: PlaceCommand) -> str | None:
-        """Why this assignment cannot be honoured here, or None."""
-        for a in command.assignments:
-            node = self._nodes.get(a.node)
-            if node is None:
-                return f"no node {a.node!r} on spoke {self.settings.id}"
-            bad = [d for d in a.devices if not 0 <= d < node.gpu_count]
-            if bad:
-                return f"node {a.node} has no device {bad[0]} (it has {node.gpu_count})"
-            whole, shared = self._usage(a.node)
-            for d in a.devices:
-                if d in whole:
-                    return f"device {d} of node {a.node} is in use"
-                if a.fraction is None and d in shared:
-                    return f"device {d} of node {a.node} is shared by fractional work"
-                if a.fraction is not None and shared.get(d, 0.0) + a.fraction > 1.0 + _EPS:
-                    return f"device {d} of node {a.node} has only {1 - shared[d]:g} free"
-        return None
 
     def _stop(self, command: CancelCommand | PreemptCommand) -> None:
         wid = command.workload_id
@@ -385,51 +439,13 @@ class SpokeAgent:
 
     # --- logs ---
 
-    async def _on_log_msg(self, msg: Msg) -> None:
-        """Answer a log request with at most its `max_bytes` of the workload's log."""
-        try:
-            request = log_schemas.LogRequest.model_validate_json(msg.data)
-        except ValidationError as exc:
-            self.counters["malformed"] += 1
-            reply = log_schemas.LogReply(ok=False, error=f"bad log request: {str(exc)[:500]}")
-        else:
-            reply = await self.read_log(request)
-        if msg.reply:
-            with contextlib.suppress(nats.errors.Error):
-                await msg.respond(reply.model_dump_json().encode())
-
-    async def read_log(self, request: log_schemas.LogRequest) -> log_schemas.LogReply:
-        """A chunk of a workload's log, or a reply saying why there is none."""
-        runtime = self.runtime
-        if not isinstance(runtime, LogSource):
-            return log_schemas.LogReply(
-                ok=False, error=f"spoke {self.settings.id}'s runtime does not serve logs"
-            )
-        try:
-            chunk = await asyncio.to_thread(
-                runtime.read_log,
-                request.workload_id,
-                request.epoch,
-                request.offset,
-                request.max_bytes,
-            )
-        except (SpokeError, OSError) as exc:
-            return log_schemas.LogReply(ok=False, error=str(exc)[:1000])
-        return log_schemas.LogReply(
-            ok=True,
-            data=chunk.data.decode("utf-8", errors="replace"),
-            offset=chunk.offset,
-            next_offset=chunk.next_offset,
-            size=chunk.size,
-            epoch=chunk.epoch,
-        )
-
     # --- events ---
 
     async def _on_runtime_event(self, event: RuntimeEvent) -> None:
         if event.phase != EventPhase.RUNNING:
             # Devices are released before the end is reported: the hub relies on that order.
             self.journal.ended(event.workload_id, event.epoch)
+            self.fence.ended(event.workload_id)
             self._report_now.set()
         await self._emit(
             event.workload_id,
@@ -468,25 +484,3 @@ class SpokeAgent:
             self._outbox.put_nowait((event.event_id, payload))
         else:
             self.counters["events_dropped"] += 1
-
-    async def _outbox_loop(self) -> None:
-        # One publisher keeps events in order. What has queued up goes out together: every
-        # publish of a batch is written before any ack is awaited (pipelined), each is retried
-        # under its own Nats-Msg-Id until JetStream has it, and the journal notes them
-        # delivered once all are acked.
-        subject = subjects.events(self.settings.id)
-        while True:
-            batch = [await self._outbox.get()]
-            while len(batch) < OUTBOX_BATCH and not self._outbox.empty():
-                batch.append(self._outbox.get_nowait())
-            self.journal.flush()  # what the hub hears of is on disk first
-            await asyncio.gather(
-                *(self.bus.publish_durable(subject, payload, eid) for eid, payload in batch)
-            )
-            for event_id, _ in batch:
-                self.journal.delivered(event_id)
-                self._outbox.task_done()
-
-    async def _drain_outbox(self, within_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._outbox.join(), within_s)

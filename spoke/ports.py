@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from schemas import Assignment, EventPhase, WorkloadSpec
+from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,10 @@ class Runtime(Protocol):
 
     def running(self) -> dict[str, int]:
         """Workloads started and not yet ended: workload id -> epoch."""
+        ...
+
+    def capabilities(self) -> RuntimeCapabilities:
+        """What this runtime can run (the hub places nothing else here). Pure, cheap."""
         ...
 
     async def close(self) -> None:

@@ -26,6 +26,12 @@ class SpokeSettings(BaseModel):
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     resync_interval_s: float = Field(default=30.0, gt=0)
+    # Stop movable work after this long without hearing the hub; None: derived from the hub's
+    # lost_after (always lowered to that, whatever is set here). See spoke/fencing.py.
+    fence_after_s: float | None = Field(default=None, gt=0)
+    # Instance metadata to watch for a spot interruption notice (EC2: http://169.254.169.254);
+    # None: not watched. On a notice the spoke drains (see spoke/interruption.py).
+    interruption_imds_url: str | None = None
     max_pending_events: int = Field(default=100_000, ge=1)
     journal_fsync: bool = Field(
         default=False,

@@ -29,6 +29,8 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 PROVIDER = "aws"
+#: The instance metadata service, as seen from the instance itself.
+IMDS_URL = "http://169.254.169.254"
 TAG_MANAGED = "gpufed:managed"
 TAG_CLUSTER = "gpufed:cluster"
 TAG_BURST_ID = "gpufed:burst-id"
@@ -148,6 +150,8 @@ class AwsProvider:
             },
             price_per_gpu_hour=request.price_per_hour / max(1, request.gpu_count),
             package=self._config.package,
+            # EC2 gives a spot instance two minutes' notice in its metadata: the spoke drains.
+            interruption_imds=IMDS_URL if request.market is Market.SPOT else None,
         )
         try:
             user_data = render_user_data(self._template, boot)

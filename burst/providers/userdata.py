@@ -60,6 +60,8 @@ class SpokeBoot:
     package: str = "gpufed[nvml]"
     gpufed_bin: str = "/opt/gpufed/venv/bin/gpufed"
     creds_path: str = "/etc/gpufed/nats.creds"
+    # Instance metadata to watch for a spot interruption notice (spot instances only).
+    interruption_imds: str | None = None
 
     def command(self) -> str:
         """The `gpufed spoke` command line the instance runs."""
@@ -84,6 +86,8 @@ class SpokeBoot:
         ]
         for key, value in sorted(self.labels.items()):
             parts += ["--label", f"{key}={value}"]
+        if self.interruption_imds:
+            parts += ["--interruption-imds", self.interruption_imds]
         for part in parts:
             _check_safe(part)
         return " ".join(parts)

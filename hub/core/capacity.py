@@ -14,7 +14,7 @@ from bisect import bisect_left, insort
 from collections.abc import Mapping
 
 from hub.core.model import Node, Snapshot, Spoke
-from schemas import SpokeKind
+from schemas import RuntimeCapabilities, SpokeKind
 
 EPS = 1e-9
 
@@ -144,6 +144,11 @@ class Capacity:
             self.total_by_model[pool.model] = self.total_by_model.get(pool.model, 0) + pool.total
         self.models: tuple[str, ...] = tuple(sorted(self.pools_by_model))
         self.has_reserved = any(spoke.reserved_for for spoke in snapshot.spokes)
+        unlimited = RuntimeCapabilities()
+        self.has_limits = any(
+            spoke.capabilities.model_copy(update={"mig_profiles": ()}) != unlimited
+            for spoke in snapshot.spokes
+        )
 
     def view(self, model: str, cloud: bool) -> tuple[list[Pool], set[int]]:
         """Pools of `model` (on-prem only unless `cloud`) in static rank order, and their ids.

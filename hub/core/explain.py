@@ -9,6 +9,7 @@ fleet, just not the free devices right now.
 from __future__ import annotations
 
 from hub.core.capacity import Capacity, Pool
+from hub.core.fit import runs_on
 from hub.core.model import Reason
 from hub.core.policy import Team
 from schemas import WorkloadSpec
@@ -17,7 +18,11 @@ Why = tuple[Reason, str]
 
 
 def never_fits(
-    spec: WorkloadSpec, team: Team, capacity: Capacity, eligible: list[Pool]
+    spec: WorkloadSpec,
+    team: Team,
+    capacity: Capacity,
+    eligible: list[Pool],
+    avoid: frozenset[str] = frozenset(),
 ) -> Why | None:
     """The reason `spec` can never be placed on this fleet, or None when it could be.
 
@@ -71,7 +76,24 @@ def never_fits(
             Reason.RESERVED_FOR_OTHER_TEAMS,
             f"the spokes{where} with {_gpus(spec)} are reserved for other teams",
         )
-    return None if _shape_exists(spec, open_pools) else _never(spec)
+    runnable = [p for p in open_pools if runs_on(p, spec, avoid)]
+    if not runnable:
+        return _refused(spec, open_pools, avoid)
+    return None if _shape_exists(spec, runnable) else _never(spec)
+
+
+def _refused(spec: WorkloadSpec, pools: list[Pool], avoid: frozenset[str]) -> Why:
+    where = _where(spec)
+    if all(p.spoke_id in avoid for p in pools):
+        spokes = ", ".join(sorted({p.spoke_id for p in pools}))
+        return (
+            Reason.RUNTIME_REFUSES,
+            f"every spoke{where} that could run it refused it: {spokes}",
+        )
+    pool = next(p for p in pools if p.spoke_id not in avoid)
+    names = (pool.nodes[0].name,) if pool.nodes else ()
+    why = pool.spoke.capabilities.refuses(spec.nodes, spec.gpu_fraction is not None, names)
+    return (Reason.RUNTIME_REFUSES, f"no spoke{where} with {_gpus(spec)} runs it: {why}")
 
 
 def _never(spec: WorkloadSpec) -> Why:

@@ -59,7 +59,31 @@ class Fit:
     device: int | None = None  # the shared device a fraction goes on (None: a free one)
 
 
-def sig_key(spec: WorkloadSpec, may_burst: bool, team: str) -> SigKey:
+def capability_needs(
+    spec: WorkloadSpec, avoid: frozenset[str], capacity: Capacity
+) -> tuple[object, ...]:
+    """What narrows a workload's pools beyond models and affinity: runtime limits, refusals.
+
+    Empty (and so no part of the signature) on a fleet whose runtimes all run everything, for
+    a workload no spoke has refused.
+    """
+    if not avoid and not capacity.has_limits:
+        return ()
+    return (spec.nodes, spec.gpu_fraction is not None, tuple(sorted(avoid)))
+
+
+def runs_on(pool: Pool, spec: WorkloadSpec, avoid: frozenset[str]) -> bool:
+    """Whether the pool's spoke would run `spec`: its runtime can, and it has not refused it."""
+    if pool.spoke_id in avoid:
+        return False
+    names = (pool.nodes[0].name,) if pool.nodes else ()
+    caps = pool.spoke.capabilities
+    return caps.refuses(spec.nodes, spec.gpu_fraction is not None, names) is None
+
+
+def sig_key(
+    spec: WorkloadSpec, may_burst: bool, team: str, needs: tuple[object, ...] = ()
+) -> SigKey:
     """What makes two workloads compete for the same pools in the same order."""
     aff = spec.affinity
     if aff.required_regions or aff.preferred_regions or aff.required_labels or aff.preferred_labels:
@@ -71,11 +95,16 @@ def sig_key(spec: WorkloadSpec, may_burst: bool, team: str) -> SigKey:
         )
     else:
         akey = ()
-    return (spec.gpu_models, akey, may_burst, team)
+    return (spec.gpu_models, akey, may_burst, team, needs)
 
 
 def build_sig(
-    key: SigKey, spec: WorkloadSpec, capacity: Capacity, may_burst: bool, team: str
+    key: SigKey,
+    spec: WorkloadSpec,
+    capacity: Capacity,
+    may_burst: bool,
+    team: str,
+    avoid: frozenset[str] = frozenset(),
 ) -> Sig:
     """The eligible pools of each acceptable model, best static rank first."""
     sig = Sig(key)
@@ -85,15 +114,18 @@ def build_sig(
     preferred_regions = set(aff.preferred_regions)
     preferred = aff.preferred_labels
     plain = not (regions or required or preferred or preferred_regions)
+    limited = bool(key[-1])  # capability_needs: some runtime refuses some shapes
     for model in spec.gpu_models or capacity.models:
         if model in sig.by_model:
             continue
-        if plain and not capacity.has_reserved:
+        if plain and not capacity.has_reserved and not limited:
             sig.by_model[model], sig.pool_ids[model] = capacity.view(model, may_burst)
             continue
         eligible = []
         for pool in capacity.view(model, may_burst)[0]:
             if regions and pool.region not in regions:
+                continue
+            if limited and not runs_on(pool, spec, avoid):
                 continue
             reserved = pool.spoke.reserved_for
             if reserved and team not in reserved:

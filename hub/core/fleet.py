@@ -59,6 +59,7 @@ def build_snapshot(
                 accepts_work=accepting.get(spoke_id, True),
                 price_per_gpu_hour=report.price_per_gpu_hour,
                 reserved_for=_reserved_for(report),
+                capabilities=report.capabilities,
             )
         )
     return Snapshot(spokes=tuple(spokes))

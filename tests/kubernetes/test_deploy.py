@@ -168,6 +168,9 @@ def test_hub_runs_the_documented_command_with_the_embedded_store() -> None:
 def test_hub_postgres_reads_the_store_url_from_a_mounted_secret() -> None:
     docs = render("hub-postgres")
     hub = container(docs, "Deployment", "gpufed-hub")
+    deployment = one(docs, "Deployment", "gpufed-hub")["spec"]
+    assert deployment["replicas"] == 2  # a leader and a standby (hub.leadership)
+    assert {"name": "data", "emptyDir": {}} in deployment["template"]["spec"]["volumes"]
 
     args = " ".join(hub["args"])
     assert "--store-url-file /var/run/secrets/gpufed/store/url" in args

@@ -18,7 +18,7 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from schemas import EventPhase
+from schemas import EventPhase, RuntimeCapabilities
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.kube import ANNOTATION_REPORTED, annotations_of, label_value, meta
 from spoke.ports import EventSink, Launch
@@ -191,6 +191,10 @@ class KubernetesRuntime:
         self._watcher.ensure_running()
         log.info("workloads_adopted", running=len(running), jobs=len(newest))
         return running
+
+    def capabilities(self) -> RuntimeCapabilities:
+        """Whole GPUs, gangs (one pod per node) and MIG slices; never fractional GPUs."""
+        return RuntimeCapabilities(fractions=False)
 
     def running(self) -> dict[str, int]:
         """Workloads started and not yet ended: workload id -> epoch."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import structlog
 
-from schemas import EventPhase
+from schemas import EventPhase, RuntimeCapabilities
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.ports import EventSink, Launch, RuntimeEvent
 from spoke.runtime.slurm.jobs import SiteOptions, build_batch_job
@@ -194,6 +194,10 @@ class SlurmRuntime:
         self._ensure_polling()
         log.info("slurm_jobs_adopted", running=len(running))
         return running
+
+    def capabilities(self) -> RuntimeCapabilities:
+        """Whole GPUs and gangs (one job across its nodes); never fractional GPUs."""
+        return RuntimeCapabilities(fractions=False)
 
     def running(self) -> dict[str, int]:
         """Workloads started and not yet ended: workload id -> epoch."""

@@ -85,6 +85,8 @@ async def test_launch_tags_the_instance_and_boots_a_spoke(provider: AwsProvider,
         " --nats-url tls://hub.example.com:4222 --nats-creds /etc/gpufed/nats.creds"
         " --inventory nvml --runtime local --price 5.625"
         " --label burst-team=ml --label instance-type=p5.48xlarge --label market=spot"
+        # A spot instance's spoke watches for EC2's two-minute notice and drains.
+        " --interruption-imds http://169.254.169.254\n"
     ) in script
 
     # The credential is written to a root-only file; the command line only names it.
@@ -104,6 +106,9 @@ async def test_on_demand_launch_has_no_spot_options(provider: AwsProvider, ec2: 
     [raw] = instances(ec2, **{"tag:gpufed:burst-id": info.burst_id})
     assert "InstanceLifecycle" not in raw
     assert info.market is Market.ON_DEMAND
+    attribute = ec2.describe_instance_attribute(InstanceId=raw["InstanceId"], Attribute="userData")
+    script = base64.b64decode(attribute["UserData"]["Value"]).decode()
+    assert "--interruption-imds" not in script  # no notice comes for on-demand instances
 
 
 async def test_same_request_twice_starts_one_instance(

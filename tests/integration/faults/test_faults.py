@@ -7,6 +7,7 @@ record of how often, and where, each one really ran.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -112,17 +113,21 @@ async def test_dead_spoke_work_reruns_elsewhere_once_and_is_not_resumed(
     client = api(fed)
     await wait_http(client, {"eu-1"})
     log = tmp_path / "runs.log"
+    release = tmp_path / "release"  # the workloads run until it exists: none ends too early
     ids = []
     for i in range(4):
-        response = await client.post(
-            "/v1/workloads", json=job(log, f"long-{i}", 8, restart_policy="on_failure")
+        spec = job(log, f"long-{i}", 1, restart_policy="on_failure")
+        spec["command"][-1] = spec["command"][-1].replace(
+            "; sleep", f"; while [ ! -e {release} ]; do sleep 0.1; done; sleep"
         )
+        response = await client.post("/v1/workloads", json=spec)
         ids.append(response.json()["id"])
     while len(runs(log)) < 4:
         await asyncio.sleep(0.05)
     fed.start_spoke(fed.spoke("eu-2"))
     await wait_http(client, {"eu-1", "eu-2"})
     fed.kill("eu-1")  # its workloads' processes run on, orphaned
+    release.touch()
     records = await wait_terminal(client, set(ids), timeout=60)
     assert {r["phase"] for r in records.values()} == {"succeeded"}
     assert {r["spoke_id"] for r in records.values()} == {"eu-2"}
@@ -232,3 +237,103 @@ async def test_restarted_spoke_readopts_its_work_and_reports_its_end_once(
     assert records[ids[2]]["exit_code"] == 3  # learnt from the exit file after adoption
     assert {records[w]["epoch"] for w in ids} == {1}  # never moved, never restarted
     assert Counter(w for w, _ in runs(log)) == dict.fromkeys(ids, 1)
+
+
+# Each run appends "start <ns> <id> <node>" and, when it ends or is stopped, "end <ns> <id>".
+TIMED = (
+    "trap 'echo \"end $(date +%s%N) $GPUFED_WORKLOAD_ID\" >> {log}; exit 143' TERM; "
+    'echo "start $(date +%s%N) $GPUFED_WORKLOAD_ID $GPUFED_NODE" >> {log}; '
+    "sleep {secs} & wait $!; "
+    'echo "end $(date +%s%N) $GPUFED_WORKLOAD_ID" >> {log}'
+)
+
+
+def intervals(log: Path) -> dict[str, list[tuple[int, int | None, str]]]:
+    """Per workload, its runs as (start ns, end ns or None while running, node)."""
+    runs_of: dict[str, list[tuple[int, int | None, str]]] = {}
+    for line in log.read_text().splitlines():
+        what, t, wid, *node = line.split()
+        mine = runs_of.setdefault(wid, [])
+        if what == "start":
+            mine.append((int(t), None, node[0]))
+        else:
+            i = max(i for i, run in enumerate(mine) if run[1] is None)
+            mine[i] = (mine[i][0], int(t), mine[i][2])
+    return runs_of
+
+
+def overlapping(runs_of: dict[str, list[tuple[int, int | None, str]]]) -> list[str]:
+    """Workloads two of whose runs were alive at the same time (an unended run never ends)."""
+    bad = []
+    for wid, mine in runs_of.items():
+        ordered = sorted(mine)
+        for (_, end, _), (next_start, _, _) in itertools.pairwise(ordered):
+            if end is None or end > next_start:
+                bad.append(wid)
+                break
+    return bad
+
+
+async def test_spoke_cut_off_past_lost_after_stops_movable_work_before_it_runs_elsewhere(
+    make_fed: Any, api: Any, tmp_path: Path
+) -> None:
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=1, gpus=4, model="H100"),
+        SimSpoke("eu-2", "eu", nodes=1, gpus=4, model="H100"),
+    )
+    fed: Federation = make_fed(
+        fleet,
+        hub_args=("--suspect-after", "2.5", "--lost-after", "9"),
+        spoke_args=("--stop-grace", "1"),  # fence_after = 9 - 1 - 3 heartbeats = 5 s
+    )
+    proxy = CuttableProxy("127.0.0.1", fed.nats.port)
+    await proxy.start()
+    try:
+        fed.start_hub()
+        fed.start_spoke(fed.spoke("eu-1"), nats_url=proxy.url)
+        client = api(fed)
+        await wait_http(client, {"eu-1"})
+        log = tmp_path / "timed.log"
+        movable, kept = [], []
+        for i in range(3):
+            spec = {
+                "name": f"move-{i}",
+                "team": "drill",
+                "command": ["sh", "-c", TIMED.format(log=log, secs=20)],
+                "restart_policy": "on_failure",
+            }
+            movable.append((await client.post("/v1/workloads", json=spec)).json()["id"])
+        spec = {
+            "name": "keep",
+            "team": "drill",
+            "command": ["sh", "-c", TIMED.format(log=log, secs=20)],
+            "restart_policy": "on_failure",
+            "on_hub_loss": "keep",
+        }
+        kept.append((await client.post("/v1/workloads", json=spec)).json()["id"])
+        while len(log.read_text().splitlines() if log.exists() else []) < 4:
+            await asyncio.sleep(0.05)
+        fed.start_spoke(fed.spoke("eu-2"))
+        await wait_http(client, {"eu-1", "eu-2"})
+        await proxy.cut()
+        # Past lost_after: the hub moves the movable work to eu-2...
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            listed = {r["id"]: r for r in (await client.get("/v1/workloads")).json()}
+            if all(listed[w]["spoke_id"] == "eu-2" for w in movable):
+                break
+            assert asyncio.get_running_loop().time() < deadline, "never moved"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(2.0)
+        await proxy.restore()
+        records = await wait_terminal(client, {*movable, *kept}, timeout=90)
+    finally:
+        await proxy.close()
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    runs_of = intervals(log)
+    assert overlapping(runs_of) == []
+    for w in movable:
+        # ...after eu-1 had stopped it: one stopped run there, one whole run on eu-2.
+        assert [node.split("-n")[0] for _, _, node in sorted(runs_of[w])] == ["eu-1", "eu-2"]
+    assert [node.split("-n")[0] for _, _, node in runs_of[kept[0]]] == ["eu-1"]
+    assert records[kept[0]]["spoke_id"] == "eu-1"

@@ -52,6 +52,10 @@ def test_the_command_is_one_gpufed_spoke_accepts() -> None:
         5.625,
     )
     assert args.label == ["burst-team=vision", "instance-type=p5.48xlarge"]
+    assert args.interruption_imds is None
+    spot = dataclasses.replace(BOOT, interruption_imds="http://169.254.169.254")
+    args = _parser().parse_args(spot.command().split()[1:])
+    assert args.interruption_imds == "http://169.254.169.254"
 
 
 @pytest.mark.parametrize(

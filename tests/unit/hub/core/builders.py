@@ -8,7 +8,7 @@ from typing import Any
 
 from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.policy import Policy, quota_for
-from schemas import Assignment, SpokeKind, WorkloadSpec
+from schemas import Assignment, RuntimeCapabilities, SpokeKind, WorkloadSpec
 
 EPS = 1e-6
 
@@ -39,6 +39,7 @@ def spoke(
     price: float = 0.0,
     accepts: bool = True,
     reserved_for: tuple[str, ...] = (),
+    capabilities: RuntimeCapabilities | None = None,
     **labels: str,
 ) -> Spoke:
     return Spoke(
@@ -50,6 +51,7 @@ def spoke(
         accepts_work=accepts,
         price_per_gpu_hour=price,
         reserved_for=reserved_for,
+        capabilities=capabilities or RuntimeCapabilities(),
     )
 
 
@@ -178,6 +180,10 @@ def check_invariants(
             assert team.may_burst, "only teams that may burst run on cloud spokes"
         if s.reserved_for:
             assert w.spec.team in s.reserved_for
+        assert p.spoke_id not in w.avoid_spokes, "never back to a spoke that refused it"
+        names = tuple(a.node for a in p.assignments)
+        refusal = s.capabilities.refuses(w.spec.nodes, w.spec.gpu_fraction is not None, names)
+        assert refusal is None, f"{p.workload_id} sent where {refusal}"
     for key, total in share.items():
         assert key not in whole, f"{key} shared and given whole"
         _, n = nodes[key[:2]]

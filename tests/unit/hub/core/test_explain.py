@@ -124,4 +124,5 @@ def test_reason_codes_are_stable() -> None:
         "guarantee_exhausted",
         "waiting_for_preemption",
         "unknown_priority_class",
+        "runtime_refuses",
     }

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hub.core.model import Node, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.placement import plan
 from hub.core.policy import Department, Policy, Quota, Team
-from schemas import Assignment, SpokeKind
+from schemas import Assignment, RuntimeCapabilities, SpokeKind
 from tests.unit.hub.core.builders import check_invariants, occupy, spec
 
 MODELS = ("H100", "A100")
@@ -19,6 +19,16 @@ TEAMS = ("t0", "t1", "t2", "t3")
 CLASSES = ("production", "training", "dev", "batch")
 NOW = 50_000.0
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+#: Runtimes as spokes report them: everything, Kubernetes (no fractions), no or small gangs.
+RUNTIMES = (
+    RuntimeCapabilities(),
+    RuntimeCapabilities(),
+    RuntimeCapabilities(fractions=False),
+    RuntimeCapabilities(gangs=False),
+    RuntimeCapabilities(max_gang_nodes=2),
+)
 
 
 @st.composite
@@ -46,6 +56,7 @@ def fleets(draw: st.DrawFn) -> Snapshot:
                 nodes=tuple(nodes),
                 accepts_work=draw(st.integers(0, 9)) > 0,
                 price_per_gpu_hour=draw(st.sampled_from((0.0, 1.0, 2.5))),
+                capabilities=draw(st.sampled_from(RUNTIMES)),
             )
         )
     return Snapshot(tuple(spokes))

@@ -1,0 +1,109 @@
+"""Taking on new workloads: checked against policy, saved in group commits, then queued."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+
+import structlog
+
+from hub.errors import InvalidWorkload, TooMany, Unavailable
+from hub.ids import new_workload_id
+from hub.records import WorkloadRecord
+from hub.state import HubState
+from schemas import Phase, WorkloadSpec
+
+log = structlog.get_logger(__name__)
+
+
+class Submissions:
+    """New workload records and their group-committed saves (NATS and REST share these)."""
+
+    def __init__(self, state: HubState) -> None:
+        self.state = state
+        self._waiting: list[tuple[list[WorkloadRecord], asyncio.Future[None]]] = []
+        self._committer: asyncio.Task[None] | None = None
+
+    def queued_counts(self) -> Counter[str]:
+        """Queued workloads per team, those still being saved included (for `max_queued`)."""
+        counts: Counter[str] = Counter(
+            w.spec.team for w in self.state.workloads.values() if w.phase == Phase.QUEUED
+        )
+        counts.update(r.spec.team for records, _ in self._waiting for r in records)
+        return counts
+
+    def new_record(self, spec: WorkloadSpec, queued: Counter[str]) -> WorkloadRecord:
+        cap = self.state.policy.max_queued(spec.team)
+        if cap is not None and queued[spec.team] >= cap:
+            self.state.counters["submit_throttled"] += 1
+            raise TooMany(
+                f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
+                field="team",
+            )
+        if spec.priority_class not in self.state.policy.priorities:
+            known = ", ".join(sorted(self.state.policy.priorities))
+            raise InvalidWorkload(
+                f"priority class {spec.priority_class!r} is not defined (known: {known})",
+                field="priority_class",
+            )
+        now = self.state.clock()
+        workload_id = new_workload_id()
+        while workload_id in self.state.workloads:  # never one id for two workloads
+            workload_id = new_workload_id()
+        record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now)
+        record.note(now, "submitted")
+        return record
+
+    async def commit(self, records: list[WorkloadRecord]) -> None:
+        """Save new workloads, then take them on (group commit).
+
+        Submissions that arrive while a save is under way wait and are saved together in the
+        next transaction: under load one commit serves many submissions. Returns once
+        `records` are durable; raises what the store raised.
+        """
+        if not records:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((records, done))
+        if self._committer is None or self._committer.done():
+            # Its own task: a submitter that goes away must not cancel the others' save.
+            self._committer = asyncio.create_task(self._commit_queued(), name="hub-commit")
+        await done
+
+    async def _commit_queued(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            with contextlib.suppress(Exception):  # each waiter gets it from its future
+                await self._commit_batch(batch)
+
+    async def _commit_batch(
+        self, batch: list[tuple[list[WorkloadRecord], asyncio.Future[None]]]
+    ) -> None:
+        records = [r for rs, _ in batch for r in rs]
+        try:
+            async with self.state.lock:
+                await self.state.db(self.state.store.save, records)
+                for record in records:
+                    self.state.workloads[record.id] = record
+        except BaseException as exc:
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(
+                        exc
+                        if isinstance(exc, Exception)
+                        else Unavailable("the hub is stopping; try again")
+                    )
+            raise
+        for _, done in batch:
+            if not done.done():  # its submitter may have gone away
+                done.set_result(None)
+        self.state.counters["submitted"] += len(records)
+        for record in records:
+            log.info(
+                "workload_submitted",
+                workload=record.id,
+                team=record.spec.team,
+                gpus=record.spec.total_gpus,
+            )
+        self.state.trigger()

@@ -1,0 +1,120 @@
+"""Two hub replicas on one PostgreSQL: one leads, the other stands by and takes over when the
+leader is killed with SIGKILL. Each workload appends "<id> <node>" to one file when it starts:
+the workloads' own record of how often they ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bus.client import Bus
+from gpufed.up import Federation, SimSpoke
+from tests.integration.faults.test_faults import (
+    job,
+    runs,
+    submit_retrying,
+    wait_http,
+    wait_terminal,
+)
+from tests.integration.test_store import pg_url, postgres  # noqa: F401
+from tests.support.wait import wait_until
+
+
+@pytest.fixture
+def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:  # noqa: F811
+    fleet = (
+        SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
+        SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
+    )
+    fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, hub_args=("--store-url", pg_url))
+    (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    fed.nats.start()
+    try:
+        fed.start_hub()
+        standby_port = fed.start_hub_replica("hub-b")
+        for spoke in fleet:
+            fed.start_spoke(spoke)
+        yield fed, standby_port
+    finally:
+        fed.stop()
+
+
+async def health(client: httpx.AsyncClient) -> dict[str, Any]:
+    try:
+        return dict((await client.get("/v1/health")).json())
+    except httpx.TransportError:
+        return {}
+
+
+async def _one_each(found: Awaitable[dict[str, str]]) -> bool:
+    return sorted((await found).values()) == ["leader", "standby"]
+
+
+async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
+    two_hubs: tuple[Federation, int], tmp_path: Path
+) -> None:
+    fed, port_b = two_hubs
+    auth = {"Authorization": f"Bearer {fed.admin_token}"}  # both replicas read one token table
+    clients = {
+        "hub": httpx.AsyncClient(base_url=fed.api_url, timeout=5, headers=auth),
+        "hub-b": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5, headers=auth),
+    }
+    bus = Bus(fed.client_settings("drill"))
+
+    async def roles() -> dict[str, str]:
+        return {name: (await health(c)).get("role", "") for name, c in clients.items()}
+
+    try:
+        # Whichever replica took the lock first leads; the other stands by.
+        await wait_until(lambda: _one_each(roles()), timeout=60, what="one leader and one standby")
+        found = await roles()
+        leader_name = next(name for name, role in found.items() if role == "leader")
+        leader = clients[leader_name]
+        standby = clients["hub-b" if leader_name == "hub" else "hub"]
+        await wait_http(leader, {"eu-1", "us-1"})
+        log = tmp_path / "runs.log"
+        refused = await standby.post("/v1/workloads", json=job(log, "w", 0.1))
+        assert refused.status_code == 503
+        assert refused.json()["code"] == "not_leader"
+        assert "standby" in refused.json()["message"]
+        first = (await leader.post("/v1/workloads", json=job(log, "first", 0.1))).json()["id"]
+        await wait_terminal(leader, {first}, timeout=30)
+        listed = (await standby.get(f"/v1/workloads/{first}")).json()  # reads are served
+        assert listed["phase"] == "succeeded"
+
+        await bus.connect()
+        accepted: list[str] = []
+
+        async def submitter() -> None:
+            for i in range(80):
+                wid = await submit_retrying(bus, job(log, f"j{i}", 0.3))
+                if wid is not None:
+                    accepted.append(wid)
+                await asyncio.sleep(0.02)
+
+        task = asyncio.create_task(submitter())
+        while len(accepted) < 25:
+            await asyncio.sleep(0.05)
+        fed.kill(leader_name)  # kill -9 of the leader mid-stream
+        await task
+        assert len(accepted) == 80
+        while (await health(standby)).get("role") != "leader":
+            await asyncio.sleep(0.1)
+        records = await wait_terminal(standby, {first, *accepted}, timeout=120)
+    finally:
+        await bus.close()
+        for client in clients.values():
+            await client.aclose()
+    assert {r["phase"] for r in records.values()} == {"succeeded"}
+    counts = Counter(w for w, _ in runs(log))
+    assert all(counts[w] == 1 for w in [first, *accepted]), {
+        w: counts[w] for w in accepted if counts[w] != 1
+    }
+    assert max(counts.values()) == 1

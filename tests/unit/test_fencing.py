@@ -1,0 +1,62 @@
+"""The spoke's lease on its movable work, from the hub's acknowledgements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas import LeaseAck, WorkloadSpec
+from spoke.fencing import Fence
+
+
+def ack(seq: int, lost_after: float = 30.0) -> LeaseAck:
+    return LeaseAck(spoke_id="eu-1", incarnation="i", seq=seq, lost_after_s=lost_after)
+
+
+def fence(tmp_path: Path, **kw: float) -> Fence:
+    return Fence(tmp_path / "fence.json", heartbeat_s=2.0, stop_grace_s=5.0, **kw)
+
+
+def test_heard_counts_from_when_the_acknowledged_report_was_sent(tmp_path: Path) -> None:
+    f = fence(tmp_path)
+    f.sent(1, at=100.0)
+    f.sent(2, at=102.0)
+    assert not f.overdue(10_000.0)  # never heard: nothing to fence yet
+    assert f.acked(ack(1))
+    assert f.heard_at == 100.0  # not when the ack arrived: the hub saw it no earlier
+    assert f.fence_after_s == 30.0 - 5.0 - 3 * 2.0
+    assert not f.overdue(119.0)
+    assert f.overdue(119.5)
+    assert not f.acked(ack(7))  # never sent by this incarnation
+    assert f.acked(ack(2)) and not f.overdue(119.5)
+
+
+def test_a_setting_can_only_lower_fence_after(tmp_path: Path) -> None:
+    assert not fence(tmp_path, fence_after_s=1.0).overdue(1e9)  # never heard the hub
+    low, high = fence(tmp_path, fence_after_s=5.0), fence(tmp_path, fence_after_s=60.0)
+    for f in (low, high):
+        f.sent(1, at=0.0)
+        f.acked(ack(1))
+    assert (low.fence_after_s, high.fence_after_s) == (5.0, 19.0)
+
+
+def test_the_lease_and_kept_work_survive_a_restart(tmp_path: Path) -> None:
+    f = fence(tmp_path)
+    f.sent(1, at=50.0)
+    f.acked(ack(1))
+    f.placed("w-keep", fenced=False)
+    f.placed("w-move", fenced=True)
+    f.save()
+    again = fence(tmp_path)
+    assert (again.heard_at, again.kept) == (50.0, {"w-keep"})
+    assert again.overdue(50.0 + 19.5)
+
+
+def test_which_work_is_fenced() -> None:
+    def spec(**kw: str) -> WorkloadSpec:
+        return WorkloadSpec(name="w", team="t", command=("x",), **kw)  # type: ignore[arg-type]
+
+    assert spec(restart_policy="on_failure").fenced
+    assert not spec().fenced  # never rerun elsewhere: nothing to fence against
+    assert spec(on_hub_loss="stop").fenced
+    assert not spec(restart_policy="on_failure", on_hub_loss="keep").fenced
+    assert not spec(restart_policy="on_failure", on_hub_loss="keep").moved_when_spoke_lost
