@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -39,28 +38,23 @@ from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.ids import decision_id
 from hub.leadership import HOLDER_KEY, TERM_KEY, Leadership
-from hub.leases import Leases, SpokeStatus
-from hub.metrics import HubMetrics
+from hub.leases import Leases
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
 from hub.publishing import Publisher, decision
-from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from hub.queries import HubView
+from hub.records import DecisionRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.state import HubState
 from hub.submissions import Submissions
-from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
-from hub.views import teams_view
 from schemas import (
     CancelCommand,
-    CapacityReport,
-    Phase,
     SyncReply,
     SyncRequest,
     WorkloadSpec,
     burst,
     subjects,
 )
-from schemas.burst import DemandReport, InstanceEvent
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -69,7 +63,7 @@ T = TypeVar("T")
 POLICY_KEY = "policy"
 
 
-class HubService:
+class HubService(HubView):
     """One hub: owns the scheduling cycle and the hub side of every subject."""
 
     def __init__(
@@ -101,57 +95,6 @@ class HubService:
         # A replica sharing a PostgreSQL store stands by until it holds the leadership; a hub on
         # SQLite is alone and takes writes from its first moment (as before standbys existed).
         self.standby = self.leadership.shared
-
-    # --- the in-memory view, as it was before the split (tests and the API read these) ---
-
-    @property
-    def policy(self) -> Policy:
-        """The policy in force (`set_policy` validates and persists a new one)."""
-        return self.state.policy
-
-    @policy.setter
-    def policy(self, policy: Policy) -> None:
-        self.state.policy = policy
-
-    @property
-    def workloads(self) -> dict[str, WorkloadRecord]:
-        """Non-terminal workloads by id."""
-        return self.state.workloads
-
-    @property
-    def reports(self) -> dict[str, CapacityReport]:
-        return self.state.reports
-
-    @property
-    def spokes(self) -> dict[str, SpokeRecord]:
-        return self.state.spokes
-
-    @property
-    def instances(self) -> dict[str, InstanceEvent]:
-        return self.state.instances
-
-    @property
-    def bills(self) -> dict[str, InstanceBill]:
-        """What each burst instance costs (`hub.usage`)."""
-        return self.state.bills
-
-    @property
-    def positions(self) -> dict[str, int]:
-        """Queued workloads' places in the last cycle's queue order."""
-        return self.state.positions
-
-    @property
-    def metrics(self) -> HubMetrics:
-        return self.state.metrics
-
-    @property
-    def counters(self) -> Counter[str]:
-        return self.state.counters
-
-    @property
-    def demand(self) -> DemandReport:
-        """The demand report last published to burst."""
-        return self.publisher.demand
 
     # --- lifecycle ---
 
@@ -346,78 +289,6 @@ class HubService:
         await self.publisher.publish(decisions)
         log.info("workload_cancel", workload=workload_id, phase=record.phase.value)
         return record
-
-    # --- queries (the API's) ---
-
-    async def get_workload(self, workload_id: str) -> WorkloadRecord:
-        """A workload, live or ended; raises NotFound."""
-        record = self.workloads.get(workload_id) or await self.db(self.store.get, workload_id)
-        if record is None:
-            raise NotFound(f"no workload {workload_id}")
-        return record
-
-    async def find_workloads(
-        self,
-        team: str | None = None,
-        phases: Sequence[Phase] = (),
-        limit: int = 500,
-        teams: Sequence[str] | None = None,
-    ) -> list[WorkloadRecord]:
-        """Workloads of a team (or of `teams`) and phases (any if not given), newest first."""
-        return await self.db(
-            self.store.find, team=team, teams=teams, phases=phases, limit=max(1, limit)
-        )
-
-    async def usage(
-        self,
-        since: float = 0.0,
-        until: float | None = None,
-        by: GroupBy = GroupBy.TEAM,
-        teams: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`);
-        of `teams` only when given."""
-        records = await self.db(self.store.find, teams=teams, limit=1_000_000)
-        bills = [b for b in self.bills.values() if teams is None or b.team in teams]
-        return usage_report(
-            records, self.spokes, bills, self.clock(), since=since, until=until, by=by
-        )
-
-    async def usage_series(self, since: float, step: float) -> dict[str, Any]:
-        """GPUs in use and cost per team in buckets of `step` seconds since `since`."""
-        records = await self.db(self.store.find, limit=1_000_000)
-        return usage_series(records, self.bills.values(), self.clock(), since=since, step=step)
-
-    def teams(self) -> list[dict[str, Any]]:
-        """Per team: guaranteed, used and borrowed GPUs, queued work, cost (`hub.views`)."""
-        return teams_view(
-            self.policy, self.workloads.values(), self.spokes, self.bills.values(), self.clock()
-        )
-
-    def lease_state(self, spoke: SpokeRecord, now: float) -> str:
-        """`ready`, `suspect` or `lost` (the metrics' label)."""
-        if spoke.lost_at is not None:
-            return "lost"
-        return self.leases.status(spoke, now).value
-
-    def nats_reconnects(self) -> int:
-        """Times the hub's NATS connection came back since start."""
-        return self.bus.reconnects
-
-    def spoke_status(self, spoke: SpokeRecord, now: float) -> SpokeStatus:
-        """Ready, suspect or lost."""
-        return self.leases.status(spoke, now)
-
-    def health(self) -> dict[str, Any]:
-        """Readiness and counters for `/v1/health`."""
-        return {
-            "ok": self.ready.is_set(),
-            "role": "standby" if self.standby else "leader",
-            "term": self.state.term,
-            "workloads_active": len(self.workloads),
-            "spokes": len(self.spokes),
-            "counters": dict(self.counters),
-        }
 
     # --- the scheduling cycle and leases ---
 

@@ -1,0 +1,162 @@
+"""What the API and the metrics read of a hub: its in-memory view and its queries.
+
+A base of `HubService`, kept apart so the service only orchestrates. Reads only: nothing here
+changes a workload, and store reads go through the hub's one database thread (`HubState.db`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bus.client import Bus
+from hub.core.policy import Policy
+from hub.errors import NotFound
+from hub.leases import Leases, SpokeStatus
+from hub.metrics import HubMetrics
+from hub.ports import Store
+from hub.publishing import Publisher
+from hub.records import SpokeRecord, WorkloadRecord
+from hub.state import HubState
+from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
+from hub.views import teams_view
+from schemas import CapacityReport, Phase
+from schemas.burst import DemandReport, InstanceEvent
+
+
+class HubView:
+    """The hub's state as the API, the console and the metrics see it."""
+
+    state: HubState
+    store: Store
+    bus: Bus
+    leases: Leases
+    publisher: Publisher
+    clock: Callable[[], float]
+    ready: asyncio.Event
+    standby: bool
+
+    # --- the in-memory view, as it was before the split (tests and the API read these) ---
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (`set_policy` validates and persists a new one)."""
+        return self.state.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.state.policy = policy
+
+    @property
+    def workloads(self) -> dict[str, WorkloadRecord]:
+        """Non-terminal workloads by id."""
+        return self.state.workloads
+
+    @property
+    def reports(self) -> dict[str, CapacityReport]:
+        return self.state.reports
+
+    @property
+    def spokes(self) -> dict[str, SpokeRecord]:
+        return self.state.spokes
+
+    @property
+    def instances(self) -> dict[str, InstanceEvent]:
+        return self.state.instances
+
+    @property
+    def bills(self) -> dict[str, InstanceBill]:
+        """What each burst instance costs (`hub.usage`)."""
+        return self.state.bills
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Queued workloads' places in the last cycle's queue order."""
+        return self.state.positions
+
+    @property
+    def metrics(self) -> HubMetrics:
+        return self.state.metrics
+
+    @property
+    def counters(self) -> Counter[str]:
+        return self.state.counters
+
+    @property
+    def demand(self) -> DemandReport:
+        """The demand report last published to burst."""
+        return self.publisher.demand
+
+    # --- queries (the API's) ---
+
+    async def get_workload(self, workload_id: str) -> WorkloadRecord:
+        """A workload, live or ended; raises NotFound."""
+        record = self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
+        if record is None:
+            raise NotFound(f"no workload {workload_id}")
+        return record
+
+    async def find_workloads(
+        self,
+        team: str | None = None,
+        phases: Sequence[Phase] = (),
+        limit: int = 500,
+        teams: Sequence[str] | None = None,
+    ) -> list[WorkloadRecord]:
+        """Workloads of a team (or of `teams`) and phases (any if not given), newest first."""
+        return await self.state.db(
+            self.store.find, team=team, teams=teams, phases=phases, limit=max(1, limit)
+        )
+
+    async def usage(
+        self,
+        since: float = 0.0,
+        until: float | None = None,
+        by: GroupBy = GroupBy.TEAM,
+        teams: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`);
+        of `teams` only when given."""
+        records = await self.state.db(self.store.find, teams=teams, limit=1_000_000)
+        bills = [b for b in self.bills.values() if teams is None or b.team in teams]
+        return usage_report(
+            records, self.spokes, bills, self.clock(), since=since, until=until, by=by
+        )
+
+    async def usage_series(self, since: float, step: float) -> dict[str, Any]:
+        """GPUs in use and cost per team in buckets of `step` seconds since `since`."""
+        records = await self.state.db(self.store.find, limit=1_000_000)
+        return usage_series(records, self.bills.values(), self.clock(), since=since, step=step)
+
+    def teams(self) -> list[dict[str, Any]]:
+        """Per team: guaranteed, used and borrowed GPUs, queued work, cost (`hub.views`)."""
+        return teams_view(
+            self.policy, self.workloads.values(), self.spokes, self.bills.values(), self.clock()
+        )
+
+    def lease_state(self, spoke: SpokeRecord, now: float) -> str:
+        """`ready`, `suspect` or `lost` (the metrics' label)."""
+        if spoke.lost_at is not None:
+            return "lost"
+        return self.leases.status(spoke, now).value
+
+    def nats_reconnects(self) -> int:
+        """Times the hub's NATS connection came back since start."""
+        return self.bus.reconnects
+
+    def spoke_status(self, spoke: SpokeRecord, now: float) -> SpokeStatus:
+        """Ready, suspect or lost."""
+        return self.leases.status(spoke, now)
+
+    def health(self) -> dict[str, Any]:
+        """Readiness and counters for `/v1/health`."""
+        return {
+            "ok": self.ready.is_set(),
+            "role": "standby" if self.standby else "leader",
+            "term": self.state.term,
+            "workloads_active": len(self.workloads),
+            "spokes": len(self.spokes),
+            "counters": dict(self.counters),
+        }
