@@ -135,7 +135,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             await sec.auditor.record(who, "submit", team=spec.team, result="denied", detail=what)
             raise Forbidden(_refusal(who, "submit work for", spec.team), field="team")
         try:
-            record = await hub.submit(spec)
+            record = await hub.submit(spec, who.user)
         except HubError as exc:
             await sec.auditor.record(
                 who, "submit", team=spec.team, result=exc.code, detail=exc.message
@@ -175,7 +175,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             if not allowed(who, Action.SUBMIT, team):
                 await sec.auditor.record(who, "submit", team=team, result="denied", detail="batch")
                 raise Forbidden(_refusal(who, "submit work for", team), field="team")
-        reply = await hub.handlers.submit_batch(body)
+        reply = await hub.handlers.submit_batch(body, who.user)
         if reply.error is not None:
             status = 413 if reply.error.code == "batch_too_large" else 400
             return _error(status, reply.error.code, reply.error.message, reply.error.field)

@@ -58,7 +58,9 @@ class Handlers:
         leases: Leases,
         submit: Callable[[WorkloadSpec], Awaitable[WorkloadRecord]],
         reconcile: Callable[[SyncRequest], Awaitable[SyncReply]],
-        submit_many: Callable[[Sequence[WorkloadSpec]], Awaitable[list[WorkloadRecord | HubError]]]
+        submit_many: Callable[
+            [Sequence[WorkloadSpec], str], Awaitable[list[WorkloadRecord | HubError]]
+        ]
         | None = None,
     ) -> None:
         self.state = state
@@ -117,7 +119,7 @@ class Handlers:
         if msg.reply:
             await msg.respond(reply.model_dump_json().encode())
 
-    async def submit_batch(self, body: bytes | str) -> SubmitBatchReply:
+    async def submit_batch(self, body: bytes | str, user: str = "") -> SubmitBatchReply:
         """Validate each spec of a JSON list on its own; store the valid ones together.
 
         A body that is not a list, or holds more than MAX_BATCH specs, is refused whole.
@@ -155,7 +157,7 @@ class Handlers:
                 replies.append(SubmitReply(ok=False, error=validation_error(exc)))
         if self._submit_many is None:
             raise RuntimeError("this hub takes no batches")
-        outcomes = iter(await self._submit_many(specs))
+        outcomes = iter(await self._submit_many(specs, user))
         results: list[SubmitReply] = []
         for reply in replies:
             if reply is None:

@@ -236,15 +236,18 @@ class HubService(HubView):
 
     # --- submissions and cancellations (NATS and REST share these) ---
 
-    async def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
-        """Accept a workload; raises InvalidWorkload for what policy refuses and TooMany when
-        its team already has its policy's `max_queued` workloads queued."""
+    async def submit(self, spec: WorkloadSpec, user: str = "") -> WorkloadRecord:
+        """Accept a workload of `user` (who submitted it, where known); raises InvalidWorkload
+        for what policy refuses and TooMany when its team already has its policy's
+        `max_queued` workloads queued."""
         await self._refuse_on_standby()
-        record = self.submissions.new_record(spec, self.submissions.queued_counts())
+        record = self.submissions.new_record(spec, self.submissions.queued_counts(), user)
         await self.submissions.commit([record])
         return record
 
-    async def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord | HubError]:
+    async def submit_many(
+        self, specs: Sequence[WorkloadSpec], user: str = ""
+    ) -> list[WorkloadRecord | HubError]:
         """Accept what policy allows of `specs`, saved in one transaction; per spec, in order,
         the new record or why it was refused."""
         await self._refuse_on_standby()
@@ -252,7 +255,7 @@ class HubService(HubView):
         queued = self.submissions.queued_counts()
         for spec in specs:
             try:
-                results.append(self.submissions.new_record(spec, queued))
+                results.append(self.submissions.new_record(spec, queued, user))
             except HubError as exc:
                 results.append(exc)
         await self.submissions.commit([r for r in results if isinstance(r, WorkloadRecord)])

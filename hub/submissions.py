@@ -33,7 +33,9 @@ class Submissions:
         counts.update(r.spec.team for records, _ in self._waiting for r in records)
         return counts
 
-    def new_record(self, spec: WorkloadSpec, queued: Counter[str]) -> WorkloadRecord:
+    def new_record(
+        self, spec: WorkloadSpec, queued: Counter[str], user: str = ""
+    ) -> WorkloadRecord:
         cap = self.state.policy.max_queued(spec.team)
         if cap is not None and queued[spec.team] >= cap:
             self.state.counters["submit_throttled"] += 1
@@ -51,7 +53,7 @@ class Submissions:
         workload_id = new_workload_id()
         while workload_id in self.state.workloads:  # never one id for two workloads
             workload_id = new_workload_id()
-        record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now)
+        record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now, user=user)
         record.note(now, "submitted")
         return record
 

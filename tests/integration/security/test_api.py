@@ -148,6 +148,16 @@ async def test_every_v1_route_but_health_needs_a_valid_token(
     assert (await callers["anonymous"].get("/v1/health")).status_code == 200
 
 
+async def test_a_workload_records_who_submitted_it(callers: Callers) -> None:
+    created = await callers["member"].post("/v1/workloads", json=job(OWN, "mine"))
+    assert created.status_code == 201
+    assert created.json()["user"] == "mia"  # usage --by user adds up per person
+    batch = await callers["member"].post("/v1/workloads:batch", json=[job(OWN, "b")])
+    [result] = batch.json()["results"]
+    fetched = await callers["admin"].get(f"/v1/workloads/{result['workload_id']}")
+    assert fetched.json()["user"] == "mia"
+
+
 async def test_lists_show_only_permitted_teams(callers: Callers) -> None:
     await _workload(callers, OWN)
     await _workload(callers, OTHER)
