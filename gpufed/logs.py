@@ -36,5 +36,7 @@ def configure(
             logging.getLevelNamesMapping().get(level_name, logging.INFO)
         ),
         logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=True,
+        # Cached loggers are faster, but bind for good on first use; a test process that runs
+        # `gpufed` commands in-process sets GPUFED_LOG_CACHE=0 so later tests can capture logs.
+        cache_logger_on_first_use=os.environ.get("GPUFED_LOG_CACHE", "1") != "0",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 
 from gpufed import logs
 
+# No cached loggers: tests that run `gpufed` commands in-process configure structlog again, and
+# a logger cached under an earlier configuration would escape structlog.testing.capture_logs.
+os.environ["GPUFED_LOG_CACHE"] = "0"
 logs.configure(sys.stderr, json=False, level="warning")
 
 _TESTS = Path(__file__).parent
