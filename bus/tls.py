@@ -33,18 +33,6 @@ _CA_USAGE = x509.KeyUsage(
     encipher_only=False,
     decipher_only=False,
 )
-#: A CA key signs certificates (and revocation lists), nothing else.
-_CA_USAGE = x509.KeyUsage(
-    digital_signature=False,
-    content_commitment=False,
-    key_encipherment=False,
-    data_encipherment=False,
-    key_agreement=False,
-    key_cert_sign=True,
-    crl_sign=True,
-    encipher_only=False,
-    decipher_only=False,
-)
 
 
 @dataclass(frozen=True, slots=True)
