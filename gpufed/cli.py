@@ -122,6 +122,14 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
     spoke.add_argument("--metrics-host", default="127.0.0.1")
+    spoke.add_argument(
+        "--expose-host",
+        default="127.0.0.1",
+        help="local runtime: address sessions and services listen on (default: this host only)",
+    )
+    spoke.add_argument(
+        "--expose-url-host", default=None, help="host name in their URLs (default: --expose-host)"
+    )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
     spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
@@ -253,6 +261,8 @@ def _spoke(args: argparse.Namespace) -> int:
             slurm_qos=args.slurm_qos,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            expose_host=args.expose_host,
+            expose_url_host=args.expose_url_host,
         )
         asyncio.run(serve_spoke(settings))
     except (SpokeError, ValidationError, ValueError) as exc:

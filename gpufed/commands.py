@@ -40,6 +40,9 @@ def add_client_commands(sub: Any) -> None:
     submit.add_argument("--name")
     submit.add_argument("--team")
     submit.add_argument("--priority", dest="priority_class")
+    submit.add_argument(
+        "--kind", choices=["job", "session", "service"], help="session/service: gets a URL"
+    )
     submit.add_argument("--gpus", type=int, dest="gpus_per_node", help="GPUs per node")
     submit.add_argument("--nodes", type=int)
     submit.add_argument("--gpu-model", action="append", dest="gpu_models")
@@ -131,7 +134,7 @@ def _submit(args: argparse.Namespace) -> int:
         if not isinstance(spec, dict):
             print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
             return 1
-    for key in ("name", "team", "priority_class", "gpus_per_node", "nodes", "gpu_models"):
+    for key in ("name", "team", "kind", "priority_class", "gpus_per_node", "nodes", "gpu_models"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     if args.gpu_fraction is not None:
@@ -165,7 +168,7 @@ def _jobs(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
         return 0
     head = ("ID", "NAME", "TEAM", "CLASS", "PRIO", "POS", "GPUS", "PHASE", "SPOKE", "WAIT")
-    rows = [(*head, "RUN", "REASON")]
+    rows = [(*head, "RUN", "REASON / URL")]
     for r in records:
         rows.append(
             (
@@ -180,7 +183,7 @@ def _jobs(args: argparse.Namespace) -> int:
                 r["spoke_id"] or "-",
                 _secs(r["wait_s"]),
                 _secs(r["run_s"]),
-                r["message"] if r["phase"] == "queued" else "",
+                r["message"] if r["phase"] == "queued" else (r.get("endpoint") or ""),
             )
         )
     _table(rows)
@@ -196,6 +199,8 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"{r['id']}  {spec['name']}  team={spec['team']}  class={spec['priority_class']}")
     print(f"  shape:  {_shape(spec)} {'/'.join(spec['gpu_models']) or 'any model'}")
     print(f"  phase:  {r['phase']}  epoch={r['epoch']}  spoke={r['spoke_id'] or '-'}")
+    if r.get("endpoint"):
+        print(f"  url:    {r['endpoint']}")
     if r["phase"] == "queued":
         print(f"  why:    {r['message'] or 'not looked at yet'} [{r['reason'] or '-'}]")
     elif r["message"]:

@@ -362,7 +362,7 @@ class Handlers:
         if event.phase == EventPhase.RUNNING:
             if not lifecycle.allows(w.phase, Event.START):
                 return False  # a repeat, or the end overtook it
-            transitions.start(w, now)
+            transitions.start(w, now, event.endpoint)
             waited = max(0.0, now - queued_since(w))
             self.state.metrics.queue_wait.labels(w.spec.priority_class).observe(waited)
             return True

@@ -94,6 +94,13 @@ class WorkloadRecord(BaseModel):
 
     @computed_field  # type: ignore[prop-decorator]
     @property
+    def endpoint(self) -> str | None:
+        """A running session's or service's URL, as its spoke reported it."""
+        live = self.lifecycle.live
+        return live.endpoint if live is not None and self.phase == Phase.RUNNING else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def exit_code(self) -> int | None:
         """The exit code of the latest attempt that reported one."""
         for attempt in reversed(self.attempts):

@@ -29,10 +29,10 @@ def place(
     w.note(now, "placed", describe(assignments))
 
 
-def start(w: WorkloadRecord, now: float) -> None:
-    """Its spoke reports the live attempt running."""
-    w.lifecycle = lifecycle.start(w.lifecycle, w.epoch, now)
-    w.note(now, "running")
+def start(w: WorkloadRecord, now: float, endpoint: str | None = None) -> None:
+    """Its spoke reports the live attempt running (a session or service: at `endpoint`)."""
+    w.lifecycle = lifecycle.start(w.lifecycle, w.epoch, now, endpoint)
+    w.note(now, "running", f"at {endpoint}" if endpoint else "")
 
 
 def mark_preempting(w: WorkloadRecord, for_workload: str | None, reason: str, now: float) -> None:

@@ -31,6 +31,7 @@ from schemas.workloads import (
     RestartPolicy,
     SubmitBatchReply,
     SubmitReply,
+    WorkloadKind,
     WorkloadSpec,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "SyncRequest",
     "WireModel",
     "WorkloadEvent",
+    "WorkloadKind",
     "WorkloadSpec",
     "mig_profile",
     "parse_command",

@@ -17,7 +17,7 @@ from schemas.common import (
     SpokeId,
     WireModel,
 )
-from schemas.workloads import MAX_NODES, GpuModel
+from schemas.workloads import MAX_NODES, GpuModel, WorkloadKind
 
 #: Bounds that keep one report (and what the hub keeps of it) small.
 MAX_NODES_PER_SPOKE = 4096
@@ -77,9 +77,21 @@ class RuntimeCapabilities(WireModel):
     mig_profiles: tuple[str, ...] = Field(
         default=(), description="MIG profiles its nodes offer now (mig-1g.10gb, ...)."
     )
+    kinds: tuple[WorkloadKind, ...] = Field(
+        default=tuple(WorkloadKind),
+        description="Kinds of workload it runs: session and service need a port it exposes.",
+    )
 
-    def refuses(self, nodes: int, fraction: bool, node_names: tuple[str, ...] = ()) -> str | None:
+    def refuses(
+        self,
+        nodes: int,
+        fraction: bool,
+        node_names: tuple[str, ...] = (),
+        kind: WorkloadKind = WorkloadKind.JOB,
+    ) -> str | None:
         """Why this runtime would refuse such a workload, or None."""
+        if kind not in self.kinds:
+            return f"its runtime does not run {kind.value}s (it exposes no port)"
         if fraction and not self.fractions:
             return "its runtime does not run fractional GPUs"
         if nodes > 1 and not self.gangs:

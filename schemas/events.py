@@ -32,3 +32,9 @@ class WorkloadEvent(WireModel):
     reason: ShortText = ""
     message: LongText = ""
     at: float = Field(description="Spoke clock, seconds since the epoch.")
+    endpoint: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="With `running`, for a session or service: the URL its spoke exposes it at.",
+    )

@@ -52,6 +52,24 @@ class Phase(StrEnum):
         return self in (Phase.PLACED, Phase.RUNNING)
 
 
+class WorkloadKind(StrEnum):
+    """What a workload is for: a job runs to completion; a session (a notebook, a shell) and a
+    service (an inference server) listen on a port the spoke exposes and reports as a URL."""
+
+    JOB = "job"
+    SESSION = "session"
+    SERVICE = "service"
+
+    @property
+    def exposes_port(self) -> bool:
+        """Whether its runtime gives it a port ($GPUFED_PORT) and reports its URL."""
+        return self is not WorkloadKind.JOB
+
+
+#: The priority class a session gets when its spec names none.
+SESSION_PRIORITY_CLASS = "dev"
+
+
 class RestartPolicy(StrEnum):
     """What happens when the spoke running a workload is lost or the workload fails."""
 
@@ -98,6 +116,11 @@ class WorkloadSpec(WireModel):
 
     name: DnsLabel
     team: DnsLabel
+    kind: WorkloadKind = Field(
+        default=WorkloadKind.JOB,
+        description="job (runs to completion), session or service (listen on $GPUFED_PORT; "
+        "the spoke reports their URL). A session's priority_class defaults to dev.",
+    )
     priority_class: DnsLabel = "batch"
     command: tuple[str, ...] = Field(min_length=1, max_length=MAX_COMMAND_ITEMS)
     env: dict[str, str] = Field(
@@ -144,6 +167,18 @@ class WorkloadSpec(WireModel):
     def moved_when_spoke_lost(self) -> bool:
         """Whether the hub reruns it elsewhere when its spoke is declared lost."""
         return self.restart_policy == RestartPolicy.ON_FAILURE and self.on_hub_loss != HubLoss.KEEP
+
+    @model_validator(mode="before")
+    @classmethod
+    def _session_class(cls, data: Any) -> Any:
+        # A notebook is interactive work: `dev` unless the user asks for another class.
+        if (
+            isinstance(data, dict)
+            and data.get("kind") == WorkloadKind.SESSION.value
+            and data.get("priority_class") is None
+        ):
+            return {**data, "priority_class": SESSION_PRIORITY_CLASS}
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -454,6 +454,7 @@ class SpokeAgent:
             exit_code=event.exit_code,
             reason=event.reason,
             message=event.message,
+            endpoint=event.endpoint or None,
         )
 
     async def _emit(
@@ -465,6 +466,7 @@ class SpokeAgent:
         exit_code: int | None = None,
         reason: str = "",
         message: str = "",
+        endpoint: str | None = None,
     ) -> None:
         event = WorkloadEvent(
             event_id=f"{self.settings.id}-{workload_id}-e{epoch}-{phase.value}",
@@ -478,6 +480,7 @@ class SpokeAgent:
             reason=clean_text(reason, 256),
             message=clean_text(message, 4096),
             at=self.clock(),
+            endpoint=endpoint,
         )
         payload = self.journal.queue_event(event)  # serialised once, for both
         if payload is not None:

@@ -54,6 +54,7 @@ class RuntimeEvent:
     exit_code: int | None = None
     reason: str = ""
     message: str = ""
+    endpoint: str = ""  # with RUNNING, for a session or service: the URL it is reached at
 
 
 EventSink = Callable[[RuntimeEvent], Awaitable[None]]

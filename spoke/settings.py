@@ -43,6 +43,10 @@ class SpokeSettings(BaseModel):
         default=None, ge=0, le=65535, description="Serve Prometheus metrics here (None: off)."
     )
     metrics_host: str = "127.0.0.1"
+    # Local runtime: where sessions and services are exposed (their relays listen), and the
+    # host name their URLs carry (None: expose_host). 127.0.0.1: reachable on this host only.
+    expose_host: str = "127.0.0.1"
+    expose_url_host: str | None = None
     kubeconfig: str | None = None
     kube_context: str | None = None
     # Slurm: the partition this spoke offers and submits to, and the account and QOS its jobs

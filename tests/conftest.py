@@ -26,6 +26,7 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "burst": ("burst",),
     "faults": ("faults",),
     "windows": ("windows",),  # time windows in the policy
+    "sessions": ("sessions",),  # interactive sessions, idle culling, idle GPUs
     "prometheus": ("prometheus", "integration"),  # Debian's promtool and prometheus
     "browser": ("browser", "integration"),  # Debian's chromium
     "security": ("security",),

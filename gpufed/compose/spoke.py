@@ -100,7 +100,8 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
         from spoke.runtime.local import LocalRuntime
 
         log_dir = settings.workdir / "logs"
-        return lambda sink: LocalRuntime(sink, log_dir)
+        host, url_host = settings.expose_host, settings.expose_url_host
+        return lambda sink: LocalRuntime(sink, log_dir, expose_host=host, url_host=url_host)
     if settings.runtime == "kubernetes":
         from spoke.runtime.kubernetes import KubernetesRuntime
 

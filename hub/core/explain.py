@@ -92,7 +92,9 @@ def _refused(spec: WorkloadSpec, pools: list[Pool], avoid: frozenset[str]) -> Wh
         )
     pool = next(p for p in pools if p.spoke_id not in avoid)
     names = (pool.nodes[0].name,) if pool.nodes else ()
-    why = pool.spoke.capabilities.refuses(spec.nodes, spec.gpu_fraction is not None, names)
+    why = pool.spoke.capabilities.refuses(
+        spec.nodes, spec.gpu_fraction is not None, names, spec.kind
+    )
     return (Reason.RUNTIME_REFUSES, f"no spoke{where} with {_gpus(spec)} runs it: {why}")
 
 

@@ -69,7 +69,7 @@ def capability_needs(
     """
     if not avoid and not capacity.has_limits:
         return ()
-    return (spec.nodes, spec.gpu_fraction is not None, tuple(sorted(avoid)))
+    return (spec.nodes, spec.gpu_fraction is not None, spec.kind, tuple(sorted(avoid)))
 
 
 def runs_on(pool: Pool, spec: WorkloadSpec, avoid: frozenset[str]) -> bool:
@@ -78,7 +78,7 @@ def runs_on(pool: Pool, spec: WorkloadSpec, avoid: frozenset[str]) -> bool:
         return False
     names = (pool.nodes[0].name,) if pool.nodes else ()
     caps = pool.spoke.capabilities
-    return caps.refuses(spec.nodes, spec.gpu_fraction is not None, names) is None
+    return caps.refuses(spec.nodes, spec.gpu_fraction is not None, names, spec.kind) is None
 
 
 def sig_key(

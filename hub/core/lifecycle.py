@@ -140,6 +140,7 @@ class Attempt:
     preempting: bool = False  # a Preempt went out for it
     preempted_for: str | None = None  # the pending workload it is being stopped for
     command_seq: int | None = None  # the Place command's sequence on the command stream
+    endpoint: str | None = None  # a session's or service's URL, as its spoke reported it
 
     @property
     def live(self) -> bool:
@@ -190,11 +191,11 @@ def place(
     return replace(lc, phase=phase, attempts=(*lc.attempts, attempt))
 
 
-def start(lc: Lifecycle, epoch: int, now: float) -> Lifecycle:
-    """The live attempt of `epoch` started running."""
+def start(lc: Lifecycle, epoch: int, now: float, endpoint: str | None = None) -> Lifecycle:
+    """The live attempt of `epoch` started running (reached at `endpoint`, if it has one)."""
     live = _live(lc, epoch)
     phase = advance(lc.phase, Event.START)
-    return _with_live(replace(lc, phase=phase), replace(live, started_at=now))
+    return _with_live(replace(lc, phase=phase), replace(live, started_at=now, endpoint=endpoint))
 
 
 def mark_preempting(lc: Lifecycle, epoch: int, for_workload: str | None) -> Lifecycle:

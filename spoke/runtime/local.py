@@ -21,6 +21,8 @@ import structlog
 from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
+from spoke.relay import PortRelay, free_port
+from spoke.runtime.processes import alive, end_reason, find_wrappers
 
 log = structlog.get_logger(__name__)
 
@@ -46,12 +48,18 @@ class _Run:
     stop_phase: EventPhase | None = None
     stop_reason: str = ""
     watcher: asyncio.Task[None] | None = None
+    port: int | None = None  # a session's or service's own port ($GPUFED_PORT, on 127.0.0.1)
+    public_port: int | None = None  # where its relay listens (the reported URL's port)
+    relay: PortRelay | None = None
 
 
 class LocalRuntime:
     """Subprocess per workload (per node of a gang), logs to one file per workload and epoch.
 
-    Each process starts in its own session so a stop reaches its children too.
+    Each process starts in its own session so a stop reaches its children too. A session or
+    service gets a port of its own on 127.0.0.1 ($GPUFED_PORT) that a relay (spoke.relay) on
+    `expose_host` fronts: the relay's address is the URL reported with RUNNING, and it notes
+    when the port last carried traffic.
     """
 
     def __init__(
@@ -60,8 +68,13 @@ class LocalRuntime:
         log_dir: Path,
         run_dir: Path | None = None,
         load_dir: Path | None = None,
+        expose_host: str = "127.0.0.1",
+        url_host: str | None = None,
     ) -> None:
         self._sink = sink
+        self.expose_host = expose_host
+        # The host name in reported URLs: the expose host unless that is a wildcard address.
+        self.url_host = url_host or expose_host
         self.log_dir = log_dir
         self.run_dir = run_dir or log_dir.parent / "runs"
         # Where workloads may report their simulated GPU load (spoke.telemetry).
@@ -81,6 +94,8 @@ class LocalRuntime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.load_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path(launch.workload_id, launch.epoch)
+        if launch.spec.kind.exposes_port:
+            run.port = free_port()
         # Recorded before the first process exists: a spoke killed between the spawn and the
         # pids' record still finds its processes on restart (by their exit files' paths).
         self._record_start(run)
@@ -90,6 +105,8 @@ class LocalRuntime:
                 for rank, assignment in enumerate(launch.assignments):
                     env = _environment(launch, rank)
                     env["GPUFED_LOAD_FILE"] = str(self.load_dir / f"{launch.workload_id}.load")
+                    if run.port is not None and rank == 0:
+                        env["GPUFED_HOST"], env["GPUFED_PORT"] = "127.0.0.1", str(run.port)
                     proc = await asyncio.create_subprocess_exec(
                         "/bin/sh",
                         "-c",
@@ -130,7 +147,10 @@ class LocalRuntime:
             return
         run.pids = [p.pid for p in run.procs]
         self._append({"t": "pids", "w": launch.workload_id, "e": launch.epoch, "pids": run.pids})
-        await self._sink(RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING))
+        endpoint = await self._expose(run)
+        await self._sink(
+            RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING, endpoint=endpoint)
+        )
         run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{launch.workload_id}")
 
     async def stop(self, workload_id: str, grace_s: float, phase: EventPhase) -> None:
@@ -152,9 +172,10 @@ class LocalRuntime:
         for run in self._replay_journal():
             wid = run.launch.workload_id
             self._runs[wid] = run
-            if any(_alive(pid, wid) for pid in run.pids):
+            if any(alive(pid, wid) for pid in run.pids):
                 adopted[wid] = run.launch.epoch
                 log.info("process_adopted", workload=wid, pids=run.pids)
+                await self._expose(run)  # the same URL as before, where its port is still free
             run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
         return adopted
 
@@ -165,8 +186,41 @@ class LocalRuntime:
     def running(self) -> dict[str, int]:
         return {wid: run.launch.epoch for wid, run in self._runs.items()}
 
+    def quiet_s(self, workload_id: str) -> float | None:
+        """Seconds since a session's or service's port last carried traffic; None: no port."""
+        run = self._runs.get(workload_id)
+        return run.relay.quiet_s() if run is not None and run.relay is not None else None
+
+    def endpoint(self, workload_id: str) -> str:
+        """The URL a session or service is reached at ("" for a job or an unknown workload)."""
+        run = self._runs.get(workload_id)
+        if run is None or run.public_port is None:
+            return ""
+        host = f"[{self.url_host}]" if ":" in self.url_host else self.url_host
+        return f"http://{host}:{run.public_port}"
+
+    async def _expose(self, run: _Run) -> str:
+        """Start the relay in front of the run's port; its URL ("" when it has no port)."""
+        if run.port is None:
+            return ""
+        relay = PortRelay(self.expose_host, run.port)
+        try:
+            run.public_port = await relay.start(run.public_port or 0)
+        except OSError as exc:  # an adopted run's old port was taken meanwhile
+            log.warning("relay_port_taken", workload=run.launch.workload_id, error=str(exc))
+            run.public_port = await relay.start(0)
+        run.relay = relay
+        launch = run.launch
+        self._append(
+            {"t": "port", "w": launch.workload_id, "e": launch.epoch, "pub": run.public_port}
+        )
+        return self.endpoint(launch.workload_id)
+
     async def close(self) -> None:
         """Stop watching; the processes run on and a restarted spoke re-adopts them."""
+        for run in self._runs.values():
+            if run.relay is not None:
+                await run.relay.close()
         watchers = [r.watcher for r in self._runs.values() if r.watcher is not None]
         for watcher in watchers:
             watcher.cancel()
@@ -208,6 +262,8 @@ class LocalRuntime:
         else:
             exit_code, reason = await self._wait_adopted(run)
         self._runs.pop(launch.workload_id, None)
+        if run.relay is not None:
+            await run.relay.close()
         self._record_end(run)
         if run.stop_phase is not None:
             phase, reason = run.stop_phase, reason or run.stop_reason
@@ -215,7 +271,7 @@ class LocalRuntime:
             phase = EventPhase.SUCCEEDED
         else:
             phase = EventPhase.FAILED
-            reason = reason or _reason(exit_code)
+            reason = reason or end_reason(exit_code)
         log_path = self.log_path(launch.workload_id, launch.epoch)
         log.info(
             "process_ended", workload=launch.workload_id, phase=phase.value, exit_code=exit_code
@@ -268,7 +324,7 @@ class LocalRuntime:
     async def _wait_adopted(self, run: _Run) -> tuple[int | None, str]:
         # Not our children: poll until they are gone, then read the codes they left.
         wid = run.launch.workload_id
-        while any(_alive(pid, wid) for pid in run.pids):  # noqa: ASYNC110 - no event to wait on
+        while any(alive(pid, wid) for pid in run.pids):  # noqa: ASYNC110 - no event to wait on
             await asyncio.sleep(ADOPTED_POLL_S)
         codes = []
         for rank in range(len(run.launch.assignments)):
@@ -311,6 +367,7 @@ class LocalRuntime:
                 "spec": launch.spec.model_dump(mode="json"),
                 "assignments": [a.model_dump(mode="json") for a in launch.assignments],
                 "pids": run.pids,
+                "port": run.port,
             }
         )
 
@@ -329,10 +386,12 @@ class LocalRuntime:
                     record = json.loads(line)
                     if record["t"] == "start":
                         open_runs[(record["workload_id"], int(record["epoch"]))] = record
-                    elif record["t"] == "pids":
+                    elif record["t"] in ("pids", "port"):
                         started = open_runs.get((record["w"], int(record["e"])))
-                        if started is not None:
+                        if started is not None and record["t"] == "pids":
                             started["pids"] = record["pids"]
+                        elif started is not None:
+                            started["pub"] = record["pub"]
                     else:
                         open_runs.pop((record["w"], int(record["e"])), None)
                 except (ValueError, KeyError, TypeError) as exc:  # a torn last line
@@ -342,7 +401,7 @@ class LocalRuntime:
             try:
                 run = _run_from_file(record)
                 if not run.pids:  # killed between spawn and the pids' record: look them up
-                    run.pids = _find_wrappers(
+                    run.pids = find_wrappers(
                         [
                             str(self._exit_file(run.launch, r))
                             for r in range(len(run.launch.assignments))
@@ -385,56 +444,10 @@ def _run_from_file(data: dict[str, Any]) -> _Run:
         spec=WorkloadSpec.model_validate(data["spec"]),
         assignments=tuple(Assignment.model_validate(a) for a in data["assignments"]),
     )
-    return _Run(launch=launch, pids=[int(p) for p in data["pids"]])
-
-
-def _find_wrappers(exit_files: list[str]) -> list[int]:
-    """Pids of the live wrappers whose command line names one of `exit_files` (Linux /proc)."""
-    wanted = {path.encode() for path in exit_files}
-    found = []
-    with contextlib.suppress(OSError):
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if wanted.intersection(argv):
-                found.append(int(entry.name))
-    return sorted(found)
-
-
-def _alive(pid: int, workload_id: str) -> bool:
-    """Is `pid` a live (not zombie) process of this workload? Guards against pid reuse."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-        return f"GPUFED_WORKLOAD_ID={workload_id}".encode() in environ.split(b"\0")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc (not Linux): existence is all we can know
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
-def _reason(exit_code: int | None) -> str:
-    if exit_code is None:
-        return "exit_unknown"
-    if exit_code == 127:
-        return "command_not_found"
-    if exit_code == 126:
-        return "not_executable"
-    return _signal_name(exit_code) if exit_code < 0 else "exit_code"
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal_{-code}"
+    port, public = data.get("port"), data.get("pub")
+    return _Run(
+        launch=launch,
+        pids=[int(p) for p in data["pids"]],
+        port=None if port is None else int(port),
+        public_port=None if public is None else int(public),
+    )

@@ -280,3 +280,27 @@ async def test_watch_relists_after_410_gone_and_keeps_reporting(
     ]
     assert len(job_lists) >= 3, "adopt's list, the first list, and a relist after 410"
     assert events.phases("wl-train-1")[-1] == ("wl-train-1", 3, EventPhase.SUCCEEDED)
+
+
+async def test_a_session_gets_a_service_whose_url_comes_with_running_and_goes_with_it(
+    runtime: KubernetesRuntime, cluster: Cluster, events: EventLog
+) -> None:
+    job = await started(runtime, cluster, kind="session")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["GPUFED_HOST"], env["GPUFED_PORT"]) == ("0.0.0.0", "8000")
+    [created] = cluster.requests("post", f"/namespaces/{NS}/services")
+    service = created.data
+    assert service["metadata"]["name"] == JOB
+    assert service["spec"]["selector"] == {
+        "gpufed.io/workload-id": "wl-train-1",
+        "gpufed.io/epoch": "3",
+    }
+
+    await cluster.add_job_pod(job, "wl-train-1-e3-0-abcde", "gpu-a", phase="Running")
+    await events.wait_for(1)
+    [running] = events.events
+    assert running.endpoint == f"http://{JOB}.{NS}.svc.cluster.local:8000"
+
+    await runtime.stop("wl-train-1", 1.0, EventPhase.CANCELLED)
+    assert cluster.requests("delete", f"/services/{JOB}")

@@ -32,7 +32,11 @@ from spoke.kube import (
     request_json,
     request_json_unless,
 )
-from spoke.runtime.kubernetes.manifests import namespace_manifest, network_policies
+from spoke.runtime.kubernetes.manifests import (
+    ANNOTATION_ENDPOINT,
+    namespace_manifest,
+    network_policies,
+)
 from spoke.runtime.kubernetes.tracking import Tracked
 
 log = structlog.get_logger(__name__)
@@ -88,6 +92,7 @@ class SpokeJobs:
             namespace=str(namespace),
             job_name=str(meta(job).get("name")),
             nodes=int(spec.get("completions") or 1),
+            endpoint=annotations_of(job).get(ANNOTATION_ENDPOINT, ""),
         )
 
     async def list_jobs(self) -> list[Mapping[str, Any]]:
@@ -105,6 +110,17 @@ class SpokeJobs:
             {409},
             f"create job {namespace}/{job_name}",
             self._batch.create_namespaced_job,
+            namespace,
+            manifest,
+        )
+
+    async def create_service(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        """Create a session's or service's Service (one of that name exists: kept)."""
+        name = manifest["metadata"]["name"]
+        await request_json_unless(
+            {409},
+            f"create service {namespace}/{name}",
+            self._core.create_namespaced_service,
             namespace,
             manifest,
         )
@@ -173,6 +189,14 @@ class SpokeJobs:
             propagation_policy="Background",
             grace_period_seconds=grace,
         )
+        if tracked.endpoint:  # its Service is named as its Job
+            await request_json_unless(
+                {404},
+                f"delete service {tracked.namespace}/{tracked.job_name}",
+                self._core.delete_namespaced_service,
+                tracked.job_name,
+                tracked.namespace,
+            )
         for pod in await self.workload_pods(tracked):
             name = str(meta(pod).get("name"))
             await request_json_unless(

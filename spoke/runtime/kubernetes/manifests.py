@@ -47,6 +47,10 @@ DEFAULT_UID = 1000
 #: squeezed or OOM-killed by a noisy neighbour it did not choose).
 CPU_PER_GPU = 4
 MEMORY_GIB_PER_GPU = 32
+#: The port a session or service listens on in its pod ($GPUFED_PORT) and its Service serves.
+SESSION_PORT = 8000
+#: On a session's or service's Job: the URL its Service gives it (read back on adoption).
+ANNOTATION_ENDPOINT = "gpufed.io/endpoint"
 DEFAULT_DENY_POLICY = "gpufed-default-deny"
 SAME_NAMESPACE_POLICY = "gpufed-allow-same-namespace"
 
@@ -55,6 +59,40 @@ def job_name_for(workload_id: str, epoch: int) -> str:
     """The Job's name: the workload id made DNS-safe, then the epoch ("train-7-e2")."""
     suffix = f"-e{epoch}"
     return f"{dns_name(workload_id, 63 - len(suffix))}{suffix}"
+
+
+def endpoint_for(namespace: str, job_name: str) -> str:
+    """The cluster DNS URL of a session's or service's Service (named as its Job)."""
+    return f"http://{job_name}.{namespace}.svc.cluster.local:{SESSION_PORT}"
+
+
+def build_service(
+    launch: Launch, *, namespace: str, job_name: str, job_uid: str | None = None
+) -> dict[str, Any]:
+    """The v1 Service (ClusterIP) in front of a session's or service's pod of this epoch.
+
+    Owned by its Job (`job_uid`), so the cluster deletes it with the Job however that ends.
+    """
+    selector = {LABEL_WORKLOAD: label_value(launch.workload_id), LABEL_EPOCH: str(launch.epoch)}
+    metadata: dict[str, Any] = {
+        "name": job_name,
+        "namespace": namespace,
+        "labels": {**selector, LABEL_MANAGED_BY: MANAGED_BY},
+        "annotations": {ANNOTATION_WORKLOAD: launch.workload_id},
+    }
+    if job_uid:
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid}
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": SESSION_PORT, "targetPort": SESSION_PORT}],
+        },
+    }
 
 
 def build_job(
@@ -84,6 +122,12 @@ def build_job(
         {"name": "GPUFED_EPOCH", "value": str(launch.epoch)},
         {"name": "GPUFED_NODES", "value": str(spec.nodes)},
     ]
+    if spec.kind.exposes_port:
+        env += [
+            {"name": "GPUFED_HOST", "value": "0.0.0.0"},  # all of the pod's own addresses
+            {"name": "GPUFED_PORT", "value": str(SESSION_PORT)},
+        ]
+        annotations[ANNOTATION_ENDPOINT] = endpoint_for(namespace, job_name)
     reserved = RESERVED_ENV & spec.env.keys()
     if reserved:  # the spec was validated; this guards a spec built past validation
         raise PermanentSpokeError(f"env: {', '.join(sorted(reserved))} is set by the cluster")
@@ -111,6 +155,8 @@ def build_job(
     }
     if spec.working_dir:
         container["workingDir"] = spec.working_dir
+    if spec.kind.exposes_port:
+        container["ports"] = [{"name": "http", "containerPort": SESSION_PORT}]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],

@@ -23,7 +23,13 @@ from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.kube import ANNOTATION_REPORTED, annotations_of, label_value, meta
 from spoke.ports import EventSink, Launch
 from spoke.runtime.kubernetes.jobs import SpokeJobs
-from spoke.runtime.kubernetes.manifests import DEFAULT_PRIORITY_CLASSES, build_job, job_name_for
+from spoke.runtime.kubernetes.manifests import (
+    DEFAULT_PRIORITY_CLASSES,
+    build_job,
+    build_service,
+    endpoint_for,
+    job_name_for,
+)
 from spoke.runtime.kubernetes.status import Outcome, job_outcome
 from spoke.runtime.kubernetes.tracking import Tracked, Tracker
 from spoke.runtime.kubernetes.watch import Watcher
@@ -101,6 +107,7 @@ class KubernetesRuntime:
             namespace=namespace,
             job_name=job_name,
             nodes=launch.spec.nodes,
+            endpoint=endpoint_for(namespace, job_name) if launch.spec.kind.exposes_port else "",
         )
         # Registered before the create so that no watch event of the new Job goes unheard.
         self._tracker.workloads[launch.workload_id] = tracked
@@ -108,6 +115,10 @@ class KubernetesRuntime:
             created = await self._jobs.create_job(namespace, job_name, manifest)
             if created is None:
                 await self._take_over_existing(tracked)
+            if tracked.endpoint:
+                uid = meta(created).get("uid") if created is not None else None
+                service = build_service(launch, namespace=namespace, job_name=job_name, job_uid=uid)
+                await self._jobs.create_service(namespace, service)
         except SpokeError as exc:
             if self._tracker.workloads.get(launch.workload_id) is tracked:
                 del self._tracker.workloads[launch.workload_id]

@@ -34,6 +34,7 @@ class Tracked:
     namespace: str
     job_name: str
     nodes: int
+    endpoint: str = ""  # a session's or service's URL (its Service), reported with RUNNING
     seen: bool = False  # its Job was seen in the watch (so a relist without it means deleted)
     running_reported: bool = False
     done: bool = False
@@ -223,6 +224,7 @@ class Tracker:
             exit_code=outcome.exit_code,
             reason=outcome.reason,
             message=outcome.message[:4096],
+            endpoint=tracked.endpoint if outcome.phase is EventPhase.RUNNING else "",
         )
         log.info(
             "workload_phase_observed",

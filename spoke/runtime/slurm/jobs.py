@@ -101,6 +101,11 @@ def build_batch_job(
 def placement(launch: Launch) -> tuple[list[str], str]:
     """The node names and the `--gres` value (GPUs per node) the launch asks for."""
     spec = launch.spec
+    if spec.kind.exposes_port:
+        raise PermanentSpokeError(
+            f"workload {launch.workload_id}: the Slurm runtime does not run a {spec.kind.value} "
+            "(it exposes no port of a batch job); place it on a local or Kubernetes spoke"
+        )
     if spec.gpu_fraction is not None:
         raise PermanentSpokeError(
             f"workload {launch.workload_id}: fractional GPUs are not supported by the Slurm "

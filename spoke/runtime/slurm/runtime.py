@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import structlog
 
-from schemas import EventPhase, RuntimeCapabilities
+from schemas import EventPhase, RuntimeCapabilities, WorkloadKind
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.ports import EventSink, Launch, RuntimeEvent
 from spoke.runtime.slurm.jobs import SiteOptions, build_batch_job
@@ -196,8 +196,9 @@ class SlurmRuntime:
         return running
 
     def capabilities(self) -> RuntimeCapabilities:
-        """Whole GPUs and gangs (one job across its nodes); never fractional GPUs."""
-        return RuntimeCapabilities(fractions=False)
+        """Whole GPUs and gangs (one job across its nodes); never fractional GPUs, and only
+        jobs: a batch job exposes no port for a session or service."""
+        return RuntimeCapabilities(fractions=False, kinds=(WorkloadKind.JOB,))
 
     def running(self) -> dict[str, int]:
         """Workloads started and not yet ended: workload id -> epoch."""

@@ -31,6 +31,31 @@ def test_defaults_make_a_one_gpu_batch_job() -> None:
     assert s.total_gpus == 1.0
 
 
+def test_a_session_is_dev_unless_it_names_a_class() -> None:
+    assert spec().kind == "job"
+    assert spec(kind="session").priority_class == "dev"
+    assert spec(kind="session", priority_class="training").priority_class == "training"
+    assert spec(kind="service").priority_class == "batch"
+    with pytest.raises(ValidationError, match="kind"):
+        spec(kind="notebook")
+
+
+def test_an_event_carries_an_endpoint_only_as_a_url() -> None:
+    base = {
+        "event_id": "e",
+        "spoke_id": "s",
+        "workload_id": "w",
+        "epoch": 1,
+        "phase": "running",
+        "at": 0.0,
+    }
+    assert WorkloadEvent.model_validate(base).endpoint is None  # an older spoke's event
+    url = "http://127.0.0.1:4242"
+    assert WorkloadEvent.model_validate({**base, "endpoint": url}).endpoint == url
+    with pytest.raises(ValidationError, match="endpoint"):
+        WorkloadEvent.model_validate({**base, "endpoint": "javascript:alert(1)"})
+
+
 def test_single_gpu_model_is_accepted_beside_the_list() -> None:
     assert spec(gpu_model="H100").gpu_models == ("H100",)
     assert spec(gpu_models=["H100", "A100"]).gpu_models == ("H100", "A100")

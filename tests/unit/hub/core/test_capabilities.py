@@ -9,13 +9,14 @@ import pytest
 from hub.core.model import Plan, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy
-from schemas import RuntimeCapabilities
+from schemas import RuntimeCapabilities, WorkloadKind
 from tests.unit.hub.core.builders import check_invariants, fleet, node, pending, placed, spoke, why
 
 NOW = 10_000.0
 KUBE = RuntimeCapabilities(fractions=False)
 NO_GANGS = RuntimeCapabilities(gangs=False)
 SMALL_GANGS = RuntimeCapabilities(max_gang_nodes=2)
+SLURM = RuntimeCapabilities(fractions=False, kinds=(WorkloadKind.JOB,))
 
 
 def run(snapshot: Snapshot, *queue: Workload) -> Plan:
@@ -78,3 +79,18 @@ def test_old_reports_without_capabilities_read_as_runtimes_that_run_everything()
 
     old = {"spoke_id": "s", "region": "eu", "incarnation": "i", "seq": 1, "sent_at": 0.0}
     assert CapacityReport.model_validate(old).capabilities == RuntimeCapabilities()
+
+
+def session(wid: str) -> Workload:
+    w = pending(wid)
+    return replace(w, spec=w.spec.model_copy(update={"kind": WorkloadKind.SESSION}))
+
+
+def test_a_session_goes_only_where_the_runtime_exposes_a_port() -> None:
+    assert placed(run(two_spokes(SLURM), session("s")))["s"][0] == "b-full"
+    assert placed(run(two_spokes(SLURM), pending("j")))["j"][0] == "a-limited"
+    reason, message = why(run(fleet(spoke("hpc", node("h0"), capabilities=SLURM)), session("s")))[
+        "s"
+    ]
+    assert reason == "runtime_refuses"
+    assert "does not run sessions" in message
