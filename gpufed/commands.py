@@ -18,6 +18,7 @@ import yaml
 
 from gpufed.client import ApiError, HubClient
 from gpufed.policy_view import parse_instant, policy_in_force
+from gpufed.session_cmd import age
 
 
 def add_client_commands(sub: Any) -> None:
@@ -99,9 +100,11 @@ def add_client_commands(sub: Any) -> None:
     top.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
+    from gpufed.session_cmd import add_session_commands
     from gpufed.token_cmd import add_token_commands
 
     add_token_commands(sub, command)
+    add_session_commands(sub, command)
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -183,7 +186,7 @@ def _jobs(args: argparse.Namespace) -> int:
                 r["spoke_id"] or "-",
                 _secs(r["wait_s"]),
                 _secs(r["run_s"]),
-                r["message"] if r["phase"] == "queued" else (r.get("endpoint") or ""),
+                _note(r),
             )
         )
     _table(rows)
@@ -201,6 +204,8 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"  phase:  {r['phase']}  epoch={r['epoch']}  spoke={r['spoke_id'] or '-'}")
     if r.get("endpoint"):
         print(f"  url:    {r['endpoint']}")
+    if r.get("idle_s") is not None:
+        print(f"  idle:   GPUs idle for {age(r['idle_s'])}")
     if r["phase"] == "queued":
         print(f"  why:    {r['message'] or 'not looked at yet'} [{r['reason'] or '-'}]")
     elif r["message"]:
@@ -359,6 +364,16 @@ def _shape(spec: dict[str, Any]) -> str:
     if spec["nodes"] > 1:
         return f"{spec['nodes']}x{spec['gpus_per_node']}"
     return str(spec["gpus_per_node"])
+
+
+def _note(r: dict[str, Any]) -> str:
+    """The jobs table's last column: why it waits, or its URL and how long its GPUs sat idle."""
+    if r["phase"] == "queued":
+        return str(r["message"])
+    parts = [f"GPUs idle {age(r['idle_s'])}"] if r.get("idle_s") is not None else []
+    if r.get("endpoint"):
+        parts.append(str(r["endpoint"]))
+    return "  ".join(parts)
 
 
 def _secs(value: float | None) -> str:

@@ -40,6 +40,7 @@ from hub.errors import (
     Unauthenticated,
     Unavailable,
 )
+from hub.idle import flagged_idle_s
 from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
 from hub.policyfile import PolicyDocument, policy_to_dict
@@ -85,6 +86,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             record,
             priority=hub.policy.priority(record.spec.priority_class),
             position=hub.positions.get(record.id) if queued else None,
+            idle_s=flagged_idle_s(hub.state, record, hub.clock()),
         )
 
     @app.exception_handler(Unauthenticated)

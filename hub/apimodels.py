@@ -30,14 +30,23 @@ class WorkloadOut(WorkloadRecord):
     run_s: float | None = None
     priority: int | None = Field(default=None, description="its class's priority value")
     position: int | None = Field(default=None, description="place in the queue (1 goes first)")
+    idle_s: float | None = Field(
+        default=None,
+        description="seconds its GPUs have sat idle, once past the policy's idle.flag_after",
+    )
 
     @classmethod
     def of(
-        cls, record: WorkloadRecord, priority: int | None = None, position: int | None = None
+        cls,
+        record: WorkloadRecord,
+        priority: int | None = None,
+        position: int | None = None,
+        idle_s: float | None = None,
     ) -> WorkloadOut:
         data = record.model_dump()
         data["priority"] = priority
         data["position"] = position
+        data["idle_s"] = None if idle_s is None else round(idle_s, 1)
         data["spec"] = record.spec.redacted()
         started, finished = record.started_at, record.finished_at
         data["wait_s"] = None if started is None else round(started - record.submitted_at, 3)

@@ -19,9 +19,10 @@ from pydantic import ValidationError
 from hub import transitions
 from hub.core import lifecycle
 from hub.core.fencing import SUSPICIOUS, EventRefusal, refuse_event
-from hub.core.lifecycle import Event
+from hub.core.lifecycle import EndReason, Event
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
+from hub.idle import note_activity
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
@@ -211,6 +212,7 @@ class Handlers:
             log.info("spoke_joined", spoke=report.spoke_id, region=report.region)
         spoke.last_seen = now
         spoke.report = report
+        note_activity(state, report, now)
         if spoke.lost_at is not None:
             log.info("spoke_returned", spoke=spoke.id, lost_for_s=round(now - spoke.lost_at, 1))
             spoke.lost_at = None
@@ -367,9 +369,12 @@ class Handlers:
             self.state.metrics.queue_wait.labels(w.spec.priority_class).observe(waited)
             return True
         reason = lifecycle.REPORTED_ENDS[event.phase]
+        detail = event.message or event.reason
+        if event.phase == EventPhase.CANCELLED and w.stop_reason:  # stopped by hub.idle
+            reason, detail = EndReason(w.stop_reason), w.stop_notice
         if event.reason == "runtime_refused" and event.spoke_id not in w.rejected_by:
             w.rejected_by.append(event.spoke_id)  # never placed there again
-        ended = transitions.end(w, reason, now, event.message or event.reason, event.exit_code)
+        ended = transitions.end(w, reason, now, detail, event.exit_code)
         self.state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
         # The spoke frees devices before it reports the end: its last report may list them.
         self.state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)

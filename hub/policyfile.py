@@ -32,6 +32,8 @@ The file format (docs/policy.md has the full story)::
         teams: {vision: {quotas: {H100: {guaranteed: 4}}}}   # model by model
         departments: {research: {quotas: {H100: {guaranteed: 40}}}}
     burst: {dollars_per_hour: 50}            # all burst instances together
+    sessions: {idle_after: 30m, max_lifetime: 12h}       # hub.idlepolicy
+    idle: {util_percent: 5, flag_after: 10m, reclaim_after: 1h, classes: [dev]}
 
 Anything wrong raises `PolicyError` naming the field, e.g.
 ``teams[vision].quotas[H100].limit: 8 is below the guaranteed 16``.
@@ -80,6 +82,14 @@ from hub.core.policy import (
     check_policy,
 )
 from hub.core.windows import check_windows
+from hub.idlepolicy import (
+    IdleDoc,
+    SessionsDoc,
+    idle_dict,
+    idle_rules,
+    session_rules,
+    sessions_dict,
+)
 from schemas.common import DNS_LABEL_PATTERN
 
 FORMAT_VERSION = 1
@@ -148,6 +158,8 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
             doc.reservation.min_gpus, doc.reservation.after_s, doc.reservation.max_gangs
         ),
         burst=BurstBudget(doc.burst.dollars_per_hour),
+        sessions=session_rules(doc.sessions),
+        idle=idle_rules(doc.idle),
     )
     problems = check_policy(policy) + check_windows(policy)
     if problems:
@@ -200,6 +212,8 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "max_gangs": policy.reservation.max_gangs,
         },
         "burst": {"dollars_per_hour": policy.burst.dollars_per_hour},
+        "sessions": sessions_dict(policy.sessions),
+        "idle": idle_dict(policy.idle),
     }
 
 
@@ -347,6 +361,8 @@ class _PolicyDoc(_Doc):
     windows: list[_WindowDoc] = Field(default_factory=list)
     reservation: _ReservationDoc = Field(default_factory=_ReservationDoc)
     burst: _BurstDoc = Field(default_factory=_BurstDoc)
+    sessions: SessionsDoc = Field(default_factory=SessionsDoc)
+    idle: IdleDoc = Field(default_factory=IdleDoc)
 
 
 #: The policy document as the REST API takes it (its JSON Schema is in /openapi.json).

@@ -37,6 +37,9 @@ class WorkloadRecord(BaseModel):
     message: str = ""
     restarts: int = 0
     cancel_requested: bool = False
+    # Why the hub stopped it itself (hub.idle: an EndReason value) and the notice it gave.
+    stop_reason: str = ""
+    stop_notice: str = ""
     # Spokes whose runtime refused it for good: placement never sends it back to them.
     rejected_by: list[str] = Field(default_factory=list)
     history: list[HistoryEntry] = Field(default_factory=list)

@@ -36,6 +36,7 @@ from hub.errors import (
 )
 from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
+from hub.idle import IdleReaper
 from hub.ids import decision_id
 from hub.leadership import HOLDER_KEY, TERM_KEY, Leadership
 from hub.leases import Leases
@@ -84,6 +85,7 @@ class HubService(HubView):
         self.leases = Leases(settings.suspect_after_s, settings.lost_after_s)
         self.publisher = Publisher(self.state, bus)
         self.cycle = Cycle(self.state, self.leases, self.publisher)
+        self.reaper = IdleReaper(self.state, self.publisher)
         self.handlers = Handlers(
             self.state, self.leases, self.submit, self.reconcile, submit_many=self.submit_many
         )
@@ -317,6 +319,7 @@ class HubService(HubView):
             started = time.perf_counter()
             try:
                 await self.check_leases()
+                await self.reaper.reap()
                 await self.run_cycle()
                 self.metrics.cycle_duration.observe(time.perf_counter() - started)
             except Exception:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from hub.core.idle import Activity
 from hub.core.model import RunningWorkload
 from hub.core.policy import Policy
 from hub.core.windows import active_window, apply_window
@@ -59,6 +60,8 @@ class HubState:
     )
     # Workloads seen ending whose spoke's last report may still list them (see fleet).
     ended: dict[str, tuple[RunningWorkload, int]] = field(default_factory=dict)
+    # Running workloads' activity (hub.idle): workload id -> (epoch it was read under, activity).
+    activity: dict[str, tuple[int, Activity]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.
     claims: set[str] = field(default_factory=set)
     # The leadership term this hub leads under (hub.leadership); 0 while it stands by.
@@ -97,3 +100,4 @@ class HubState:
         """Drop a workload that reached a terminal phase from the in-memory view."""
         self.workloads.pop(workload_id, None)
         self.claims.discard(workload_id)
+        self.activity.pop(workload_id, None)

@@ -47,10 +47,17 @@ class NodeCapacity(WireModel):
 
 
 class RunningRef(WireModel):
-    """A workload a spoke is running, with the assignment epoch it runs under."""
+    """A workload a spoke is running, with the assignment epoch it runs under.
+
+    In a capacity report it may carry how busy it is: `gpu_util`, the utilisation of the
+    busiest device it holds (percent; None: not measured), and `quiet_s`, seconds since its
+    port last carried traffic (a session or service; None: not measured).
+    """
 
     workload_id: Identifier
     epoch: int = Field(ge=0, le=MAX_EPOCH)
+    gpu_util: float | None = Field(default=None, ge=0, le=100)
+    quiet_s: float | None = Field(default=None, ge=0, le=10 * 365 * 86400)
 
 
 #: A MIG slice pool is reported as a node named "<host>/mig-<profile>".

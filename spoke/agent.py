@@ -27,7 +27,6 @@ from schemas import (
     CapacityReport,
     EventPhase,
     LeaseAck,
-    NodeCapacity,
     PlaceCommand,
     PreemptCommand,
     RunningRef,
@@ -40,7 +39,8 @@ from schemas import (
     subjects,
 )
 from schemas.common import clean_text
-from spoke.devices import check_assignments, usage
+from spoke.activity import ActivityMonitor
+from spoke.devices import check_assignments, node_capacity
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.fencing import Fence
 from spoke.interruption import InterruptionNotice, watch_interruption
@@ -56,6 +56,7 @@ from spoke.ports import (
     RuntimeEvent,
 )
 from spoke.settings import SpokeSettings
+from spoke.telemetry import NoTelemetry, Telemetry
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +76,7 @@ class SpokeAgent:
         inventory: Inventory,
         runtime_factory: Callable[[EventSink], Runtime],
         clock: Callable[[], float] = time.time,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -104,6 +106,13 @@ class SpokeAgent:
         )
         self._lease_inbox = ""
         self.draining = False  # a spot interruption notice came: the instance is going
+        self.activity = ActivityMonitor(
+            telemetry or NoTelemetry(),
+            self.nodes,
+            lambda: self._allocations,
+            self.runtime,
+            settings.heartbeat_s,
+        )
 
     @property
     def _allocations(self) -> dict[str, tuple[int, tuple[Assignment, ...]]]:
@@ -133,6 +142,7 @@ class SpokeAgent:
                 "spoke-outbox",
             ),
             supervise(self._fence_loop(stop), "spoke-fence"),
+            supervise(self.activity.run(stop), "spoke-activity"),
         ]
         if self.settings.interruption_imds_url:
             url = self.settings.interruption_imds_url
@@ -208,8 +218,11 @@ class SpokeAgent:
             kind=self.settings.kind,
             incarnation=self.incarnation,
             seq=self._seq,
-            nodes=tuple(self._node_capacity(n) for n in self._nodes.values()),
-            running=tuple(RunningRef(workload_id=w, epoch=e) for w, e in sorted(running.items())),
+            nodes=tuple(
+                node_capacity(n, self._allocations.values(), self.draining)
+                for n in self._nodes.values()
+            ),
+            running=self.activity.refs(running),
             labels=self.settings.labels,
             price_per_gpu_hour=self.settings.price_per_gpu_hour,
             applied_seq=self.journal.state.applied_seq,
@@ -273,21 +286,6 @@ class SpokeAgent:
 
     async def _refresh_inventory(self) -> None:
         self._nodes = {n.name: n for n in await self.inventory.nodes()}
-
-    def _node_capacity(self, node: NodeInventory) -> NodeCapacity:
-        whole, shared = usage(self._allocations.values(), node.name)
-        free = [d for d in range(node.gpu_count) if d not in whole and d not in shared]
-        if node.busy_outside:
-            free = free[: max(0, len(free) - node.busy_outside)]
-        return NodeCapacity(
-            name=node.name,
-            gpu_model=node.gpu_model,
-            gpu_count=node.gpu_count,
-            free_devices=tuple(free),
-            device_free_fraction={d: max(0.0, 1.0 - used) for d, used in shared.items()},
-            labels=node.labels,
-            schedulable=node.schedulable and not self.draining,
-        )
 
     # --- reconciliation ---
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from schemas import Assignment, PlaceCommand
+from schemas import Assignment, NodeCapacity, PlaceCommand
 from spoke.ports import NodeInventory
 
 _EPS = 1e-9
@@ -53,3 +53,20 @@ def check_assignments(
             if a.fraction is not None and shared.get(d, 0.0) + a.fraction > 1.0 + _EPS:
                 return f"device {d} of node {a.node} has only {1 - shared[d]:g} free"
     return None
+
+
+def node_capacity(node: NodeInventory, allocations: Allocations, draining: bool) -> NodeCapacity:
+    """How a node is reported: its devices free of the spoke's placements and of others' use."""
+    whole, shared = usage(allocations, node.name)
+    free = [d for d in range(node.gpu_count) if d not in whole and d not in shared]
+    if node.busy_outside:
+        free = free[: max(0, len(free) - node.busy_outside)]
+    return NodeCapacity(
+        name=node.name,
+        gpu_model=node.gpu_model,
+        gpu_count=node.gpu_count,
+        free_devices=tuple(free),
+        device_free_fraction={d: max(0.0, 1.0 - used) for d, used in shared.items()},
+        labels=node.labels,
+        schedulable=node.schedulable and not draining,
+    )

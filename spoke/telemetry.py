@@ -130,6 +130,13 @@ class SimulatedTelemetry:
                 )
         return out
 
+    def workload_utilisation(
+        self, allocations: Mapping[str, tuple[int, tuple[Assignment, ...]]]
+    ) -> dict[str, float]:
+        """Each workload's own reported load (percent): what a share of a GPU does by itself,
+        which the device's reading, summed over its sharers, cannot tell."""
+        return {wid: self._load(wid)[0] for wid in allocations}
+
     def load_file(self, workload_id: str) -> Path:
         return self.load_dir / f"{workload_id}.load"
 

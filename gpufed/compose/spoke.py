@@ -40,11 +40,13 @@ def build_spoke(
             tls_ca=str(settings.nats_ca) if settings.nats_ca else None,
         )
     )
+    inventory = make_inventory(settings) if inventory is None else inventory
     return SpokeAgent(
         settings,
         bus,
-        make_inventory(settings) if inventory is None else inventory,
+        inventory,
         make_runtime_factory(settings) if runtime_factory is None else runtime_factory,
+        telemetry=make_telemetry(settings, inventory),
     )
 
 
@@ -59,7 +61,7 @@ async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None
         return
     from spoke.metrics import SpokeMetrics
 
-    metrics = SpokeMetrics(agent, make_telemetry(settings, agent.inventory), settings.heartbeat_s)
+    metrics = SpokeMetrics(agent, agent.activity.telemetry, settings.heartbeat_s)
     await asyncio.gather(
         agent.run(stop),
         metrics.run(stop),

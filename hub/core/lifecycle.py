@@ -66,6 +66,9 @@ class EndReason(StrEnum):
     REJECTED = "rejected"  # the spoke could not start it
     SPOKE_LOST = "spoke_lost"  # its spoke's lease expired
     LOST_ON_SPOKE = "lost_on_spoke"  # its spoke applied the placement but no longer has it
+    IDLE_CULLED = "idle_culled"  # a session left idle (GPUs and port) past the policy's time
+    MAX_LIFETIME = "max_lifetime"  # a session past the policy's maximum lifetime
+    IDLE_RECLAIMED = "idle_reclaimed"  # its GPUs sat idle past the policy's reclaim time
 
     @property
     def phase(self) -> Phase:
@@ -86,6 +89,9 @@ _ENDS: Mapping[EndReason, tuple[Phase, Retry]] = {
     EndReason.REJECTED: (Phase.FAILED, Retry.RESTART),
     EndReason.SPOKE_LOST: (Phase.FAILED, Retry.ON_FAILURE),
     EndReason.LOST_ON_SPOKE: (Phase.QUEUED, Retry.FREE),
+    EndReason.IDLE_CULLED: (Phase.CANCELLED, Retry.NEVER),
+    EndReason.MAX_LIFETIME: (Phase.CANCELLED, Retry.NEVER),
+    EndReason.IDLE_RECLAIMED: (Phase.CANCELLED, Retry.NEVER),
 }
 
 #: The end a spoke's event reports (a `running` event is a start, not an end).

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TypeVar
 
+from hub.core.idle import IdleRules, SessionRules
+
 #: Default priority values, highest first.
 DEFAULT_PRIORITIES: Mapping[str, int] = {
     "production": 1000,
@@ -209,6 +211,8 @@ class Policy:
     window: str | None = None
     reservation: Reservation = field(default_factory=Reservation)
     burst: BurstBudget = field(default_factory=BurstBudget)
+    sessions: SessionRules = field(default_factory=SessionRules)
+    idle: IdleRules = field(default_factory=IdleRules)
     _classes: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False)
     _teams: Mapping[str, Team] = field(init=False, repr=False, compare=False)
     _departments: Mapping[str, Department] = field(init=False, repr=False, compare=False)

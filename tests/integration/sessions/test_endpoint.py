@@ -2,53 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
-import httpx
-
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.support.wait import wait_until
-
-#: A tiny HTTP server on the port and address gpufed gives the workload.
-SERVER = (
-    "import http.server, os\n"
-    "class H(http.server.BaseHTTPRequestHandler):\n"
-    "    def do_GET(self):\n"
-    "        body = ('hello from ' + os.environ['GPUFED_WORKLOAD_ID']).encode()\n"
-    "        self.send_response(200); self.end_headers(); self.wfile.write(body)\n"
-    "    def log_message(self, *args): pass\n"
-    "addr = (os.environ['GPUFED_HOST'], int(os.environ['GPUFED_PORT']))\n"
-    "http.server.HTTPServer(addr, H).serve_forever()\n"
-)
-
-
-def session(name: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "team": "vision",
-        "kind": "session",
-        "gpu_fraction": 0.5,
-        "command": [sys.executable, "-c", SERVER],
-        **extra,
-    }
-
-
-async def get_when_up(url: str, timeout: float = 15) -> httpx.Response:
-    """GET `url` once something answers there."""
-    answer: list[httpx.Response] = []
-
-    async def answered() -> bool:
-        try:
-            async with httpx.AsyncClient() as client:
-                answer.append(await client.get(url, timeout=2))
-        except httpx.TransportError:
-            return False
-        return True
-
-    await wait_until(answered, timeout, f"{url} to answer", every=0.1)
-    return answer[-1]
+from tests.integration.sessions.helpers import get_when_up, session
 
 
 async def test_a_session_is_reached_at_the_url_its_spoke_reports(

@@ -102,3 +102,30 @@ def test_dump_is_readable_yaml() -> None:
     data = yaml.safe_load(dump_policy(load_policy(EXAMPLE.read_text())))
     assert data["teams"][0]["name"] == "vision"
     assert data["version"] == 1
+
+
+def test_sessions_and_idle_read_durations_and_round_trip() -> None:
+    from hub.policyfile import load_policy, policy_from_dict, policy_to_dict
+
+    policy = load_policy(
+        "sessions: {idle_after: 30m, max_lifetime: 1h30m}\n"
+        "idle: {util_percent: 3, flag_after: 90, reclaim_after: 2h, classes: [dev, batch]}\n"
+    )
+    assert (policy.sessions.idle_after_s, policy.sessions.max_lifetime_s) == (1800.0, 5400.0)
+    assert policy.idle.util_percent == 3
+    assert (policy.idle.flag_after_s, policy.idle.reclaim_after_s) == (90.0, 7200.0)
+    assert policy.idle.reclaim_classes == ("dev", "batch")
+    assert policy_from_dict(policy_to_dict(policy)) == policy
+    default = load_policy("teams: []")
+    assert default.sessions.idle_after_s is None and default.idle.reclaim_after_s is None
+
+
+def test_a_bad_duration_names_the_field() -> None:
+    import pytest
+
+    from hub.policyfile import PolicyError, load_policy
+
+    with pytest.raises(PolicyError, match=r"sessions.idle_after.*30 minutes"):
+        load_policy("sessions: {idle_after: 30 minutes}")
+    with pytest.raises(PolicyError, match=r"idle.reclaim_after"):
+        load_policy("idle: {reclaim_after: -5}")

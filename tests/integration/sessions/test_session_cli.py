@@ -1,0 +1,58 @@
+"""`gpufed session open|list|close` as a user runs them, against a served hub."""
+
+from __future__ import annotations
+
+import sys
+
+import httpx
+
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes
+from tests.integration.sessions.helpers import SERVER, gpufed, serve
+
+
+async def test_open_prints_a_url_that_answers_then_list_and_close(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    async with serve(fed) as api:
+        code, out, err = await gpufed(
+            fed,
+            api,
+            "session", "open", "--team", "vision", "--gpus", "0.5", "--name", "nb",
+            "--", sys.executable, "-c", SERVER,
+        )  # fmt: skip
+        assert code == 0, err
+        url = out.strip().splitlines()[-1]
+        assert url.startswith("http://127.0.0.1:")
+        # Reachable the moment `open` returns: it waited for the port to accept connections.
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(url, timeout=5)
+        assert answer.status_code == 200
+        wid = answer.text.removeprefix("hello from ")
+
+        code, out, err = await gpufed(fed, api, "session", "list")
+        assert code == 0, err
+        [row] = [line for line in out.splitlines() if line.startswith(wid)]
+        assert "running" in row and url in row and "nb" in row
+
+        code, out, err = await gpufed(fed, api, "session", "close", wid)
+        assert code == 0, err
+        await fed.wait_phase(wid, {Phase.CANCELLED})
+        code, out, _ = await gpufed(fed, api, "session", "list")
+        assert wid not in out
+
+
+async def test_open_says_why_when_the_session_fails(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    async with serve(fed) as api:
+        code, out, err = await gpufed(
+            fed, api, "session", "open", "--team", "vision", "--", "sh", "-c", "exit 3"
+        )
+    assert code == 1
+    assert "ended failed" in err and "exit code 3" in err
+    assert out == ""
