@@ -97,3 +97,7 @@ async def gpufed(fed: InProcessFederation, api: str, *argv: str) -> tuple[int, s
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+#: Spokes of these tests stop their workloads when they stop: a session serves for ever.
+STOP_ON_EXIT = {"stop_workloads_on_exit": True}

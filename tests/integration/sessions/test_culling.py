@@ -11,7 +11,7 @@ import httpx
 from hub.policyfile import load_policy, policy_to_dict
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import get_when_up, session
+from tests.integration.sessions.helpers import STOP_ON_EXIT, get_when_up, session
 
 
 async def set_policy(fed: InProcessFederation, text: str) -> None:
@@ -42,7 +42,7 @@ async def traffic(url: str) -> AsyncIterator[None]:
 async def test_only_the_session_idle_on_gpu_and_port_is_culled(fed: InProcessFederation) -> None:
     await fed.start_hub()
     await set_policy(fed, "sessions: {idle_after: 2s}")
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     idle = await fed.submit(**session("idle", load_percent=1))
     busy = await fed.submit(**session("busy"))  # reports no load: counts as fully busy
@@ -69,7 +69,7 @@ async def test_only_the_session_idle_on_gpu_and_port_is_culled(fed: InProcessFed
 async def test_a_session_is_stopped_at_its_maximum_lifetime(fed: InProcessFederation) -> None:
     await fed.start_hub()
     await set_policy(fed, "sessions: {max_lifetime: 2s}")
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     wid = await fed.submit(**session("long"))  # busy and in use would not save it
     running = await fed.wait_phase(wid, {Phase.RUNNING})

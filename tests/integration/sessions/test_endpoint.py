@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import get_when_up, session
+from tests.integration.sessions.helpers import STOP_ON_EXIT, get_when_up, session
 
 
 async def test_a_session_is_reached_at_the_url_its_spoke_reports(
     fed: InProcessFederation,
 ) -> None:
     await fed.start_hub()
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     wid = await fed.submit(**session("notebook"))
     record = await fed.wait_phase(wid, {Phase.RUNNING})
@@ -33,7 +33,7 @@ async def test_a_session_is_reached_at_the_url_its_spoke_reports(
 
 async def test_a_job_gets_no_port_and_no_url(fed: InProcessFederation) -> None:
     await fed.start_hub()
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     wid = await fed.submit(
         name="plain",
@@ -43,3 +43,20 @@ async def test_a_job_gets_no_port_and_no_url(fed: InProcessFederation) -> None:
     record = await fed.wait_phase(wid, {Phase.RUNNING})
     assert record["spec"]["priority_class"] == "batch"
     assert record["endpoint"] is None
+
+
+async def test_a_session_keeps_its_url_across_a_spoke_restart(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(**session("notebook"))
+    url = (await fed.wait_phase(wid, {Phase.RUNNING}))["endpoint"]
+    await get_when_up(url)
+
+    await fed.stop("eu-1")  # the session's process runs on; its relay went with the spoke
+    agent = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
+
+    assert agent.runtime.running() == {wid: 1}  # re-adopted, not restarted
+    response = await get_when_up(url)  # the URL the hub and its user hold works again
+    assert response.text == f"hello from {wid}"
+    assert (await fed.workload(wid))["endpoint"] == url

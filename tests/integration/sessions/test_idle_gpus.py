@@ -7,7 +7,7 @@ from typing import Any
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import gpufed, serve
+from tests.integration.sessions.helpers import STOP_ON_EXIT, gpufed, serve
 from tests.integration.sessions.test_culling import set_policy
 from tests.support.wait import wait_until
 
@@ -30,7 +30,7 @@ async def test_idle_gpus_are_flagged_then_reclaimed_for_dev_only(
 ) -> None:
     await fed.start_hub()
     await set_policy(fed, POLICY)
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     idle_dev = await fed.submit(**job("idle-dev", "dev", 2))
     idle_train = await fed.submit(**job("idle-train", "training", 0))

@@ -8,14 +8,14 @@ import httpx
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import SERVER, gpufed, serve
+from tests.integration.sessions.helpers import SERVER, STOP_ON_EXIT, gpufed, serve
 
 
 async def test_open_prints_a_url_that_answers_then_list_and_close(
     fed: InProcessFederation,
 ) -> None:
     await fed.start_hub()
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     async with serve(fed) as api:
         code, out, err = await gpufed(
@@ -47,7 +47,7 @@ async def test_open_prints_a_url_that_answers_then_list_and_close(
 
 async def test_open_says_why_when_the_session_fails(fed: InProcessFederation) -> None:
     await fed.start_hub()
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
     async with serve(fed) as api:
         code, out, err = await gpufed(

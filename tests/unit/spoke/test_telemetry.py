@@ -68,3 +68,27 @@ async def test_simulated_gpus_report_what_their_workloads_write(tmp_path: Path) 
     assert samples[1].utilization == 100.0  # says nothing: counted busy
     assert samples[2].utilization == pytest.approx(0.5 * 80 + 0.5 * 100)
     assert samples[3].utilization == 0.0  # nobody holds it
+
+
+def test_a_workload_reads_as_busy_as_the_busiest_device_it_holds() -> None:
+    from spoke.activity import workload_utilisation
+
+    allocations = {
+        "gang": (1, (Assignment(node="n0", devices=(0, 1)),)),
+        "share": (1, (Assignment(node="n0", devices=(2,), fraction=0.5),)),
+        "unread": (1, (Assignment(node="n1", devices=(0,)),)),
+    }
+    samples = [sample(0, 2.0), sample(1, 40.0), sample(2, 3.0), sample(3, 99.0)]
+    assert workload_utilisation(samples, allocations) == {"gang": 40.0, "share": 3.0}
+
+
+async def test_simulated_gpus_know_each_sharers_own_load(tmp_path: Path) -> None:
+    telemetry = SimulatedTelemetry(tmp_path)
+    allocations = {
+        "quiet": (1, (Assignment(node="n0", devices=(0,), fraction=0.5),)),
+        "busy": (1, (Assignment(node="n0", devices=(0,), fraction=0.5),)),
+    }
+    telemetry.load_file("quiet").write_text("2\n")
+    [device, *_] = await telemetry.sample([NODE], allocations)
+    assert device.utilization == 51.0  # the device: both shares together
+    assert telemetry.workload_utilisation(allocations) == {"quiet": 2.0, "busy": 100.0}
