@@ -68,7 +68,17 @@ class IdleReaper:
         self._last = float("-inf")
 
     async def reap(self) -> list[str]:
-        """Stop the workloads the policy stops now; returns their ids."""
+        """Stop the workloads the policy stops now; returns their ids.
+
+        A failure is logged and costs this look only: it never holds up the scheduling cycle.
+        """
+        try:
+            return await self._reap()
+        except Exception:
+            log.exception("idle_reap_failed")
+            return []
+
+    async def _reap(self) -> list[str]:
         state = self.state
         now = state.clock()
         if now - self._last < REAP_EVERY_S:
