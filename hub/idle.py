@@ -17,7 +17,7 @@ from hub.ids import decision_id
 from hub.publishing import Publisher, decision
 from hub.records import DecisionRecord, WorkloadRecord
 from hub.state import HubState
-from schemas import CancelCommand, CapacityReport, Phase
+from schemas import CancelCommand, CapacityReport, Phase, WorkloadKind
 
 log = structlog.get_logger(__name__)
 
@@ -85,13 +85,22 @@ class IdleReaper:
             return []
         self._last = now
         policy = state.policy_at(now)
+        sessions = policy.sessions
+        limits_sessions = sessions.idle_after_s is not None or sessions.max_lifetime_s is not None
+        reclaims = policy.idle.reclaim_after_s is not None
+        if not limits_sessions and not reclaims:
+            return []  # the policy stops nothing (the default): no look at all
+        classes = set(policy.idle.reclaim_classes) if reclaims else set()
         decisions: list[DecisionRecord] = []
         stopped: list[WorkloadRecord] = []
         async with state.lock:
             watched = [
                 _watched(w, state, policy.priority_class(w.spec.priority_class))
                 for w in state.workloads.values()
-                if w.phase == Phase.RUNNING and not w.cancel_requested and w.started_at is not None
+                if w.phase == Phase.RUNNING
+                and not w.cancel_requested
+                and w.started_at is not None
+                and (w.spec.kind == WorkloadKind.SESSION or w.spec.priority_class in classes)
             ]
             for stop in decide(watched, policy.sessions, policy.idle, now):
                 w = state.workloads[stop.workload_id]
