@@ -102,6 +102,7 @@ def test_the_script_runs_the_exact_command_and_records_its_exit(tmp_path: Path) 
         (["n1"], {"gpu_fraction": 0.5, "gpus_per_node": 1}, "fractional GPUs are not supported"),
         (["n1", "n1"], {}, "distinct node"),
         (["n1"], {"env": {"SLURM_NTASKS": "64"}}, "reserved"),
+        (["n1"], {"kind": "session"}, "does not run a session"),
     ],
 )
 def test_what_one_job_cannot_express_is_refused(
