@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from schemas.common import DnsLabel, WireModel
-from schemas.workloads import Affinity, GpuModel, RestartPolicy, WorkloadSpec
+from schemas.workloads import SECRET_MASK, Affinity, GpuModel, RestartPolicy, WorkloadSpec
 
 #: Most replicas one service may ask for.
 MAX_REPLICAS = 64
@@ -94,6 +94,12 @@ class Autoscaling(WireModel):
     window_s: float = Field(default=10.0, ge=0.5, le=600, description="rps averaging window")
     scale_down_delay_s: float = Field(default=30.0, ge=0, le=24 * 3600)
     scale_to_zero_after_s: float = Field(default=60.0, ge=0, le=24 * 3600)
+    wake_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="How long a request waits at the gateway for a ready replica.",
+    )
 
 
 class ServiceSpec(WireModel):
@@ -114,6 +120,11 @@ class ServiceSpec(WireModel):
     )
     spread: bool = Field(
         default=True, description="Spread replicas over `regions` (else fill the first)."
+    )
+    public: bool = Field(
+        default=False,
+        description="Whether the gateway serves it without a bearer token (default: a token "
+        "that may read the team's work).",
     )
 
     @model_validator(mode="before")
@@ -146,6 +157,14 @@ class ServiceSpec(WireModel):
         except ValueError as exc:
             raise ValueError(f"replica: {_first_error(exc)}") from None
         return self
+
+    def redacted(self) -> ServiceSpec:
+        """This spec with its replicas' secret env values masked (for showing back)."""
+        if not self.replica.secret_env:
+            return self
+        secret = set(self.replica.secret_env)
+        env = {k: (SECRET_MASK if k in secret else v) for k, v in self.replica.env.items()}
+        return self.model_copy(update={"replica": self.replica.model_copy(update={"env": env})})
 
     def replica_spec(self, index: int, preferred: tuple[str, ...]) -> WorkloadSpec:
         """The workload of replica `index`, preferring the regions in `preferred` order."""
