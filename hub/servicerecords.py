@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from hub.core.autoscale import Recommendation
 from hub.records import HistoryEntry, WorkloadRecord
-from schemas import Phase, WorkloadSpec
+from schemas import WorkloadSpec
 from schemas.services import ServiceSpec
 
 MAX_HISTORY = 200
@@ -23,7 +23,8 @@ class ReplicaRef(BaseModel):
     workload_id: str
     generation: int
     index: int
-    stopping: bool = False  # cancelled by the controller; no longer counted or routed to
+    stopping: bool = False  # to stop: no longer counted or routed to; drained, then cancelled
+    cancelled: bool = False
 
 
 class ServiceRecord(BaseModel):
@@ -66,6 +67,8 @@ class Health:
     next_probe: float = 0.0
     probing: bool = False
     requests: int = 0
+    active: int = 0  # requests the gateway is proxying to it now
+    stopping_since: float | None = None
 
 
 @dataclass
@@ -89,7 +92,5 @@ def spec_index(spec: WorkloadSpec) -> int:
 
 
 def endpoint_of(w: WorkloadRecord | None) -> str | None:
-    if w is None or w.phase != Phase.RUNNING:
-        return None
-    endpoint = getattr(w, "endpoint", None)  # set by the spoke for kind session/service
-    return endpoint if isinstance(endpoint, str) else None
+    """The URL a running replica is reached at, as its spoke reported it."""
+    return w.endpoint if w is not None else None

@@ -46,6 +46,8 @@ log = structlog.get_logger(__name__)
 SERVICES_KEY = "services"
 #: Who the replica workloads are submitted by (usage by user shows it).
 CONTROLLER_USER = "service-controller"
+#: Longest a replica being stopped keeps serving the requests it has (then it is cancelled).
+DRAIN_S = 30.0
 
 Submit = Callable[[WorkloadSpec, str], Awaitable[WorkloadRecord]]
 Cancel = Callable[[str], Awaitable[WorkloadRecord]]
@@ -216,6 +218,8 @@ class ServiceController:
             traffic.in_flight -= 1
         record = self.services.get(service_key(team, name))
         health = self.health.get(workload_id)
+        if health is not None:
+            health.active -= 1
         if record is None or health is None:
             return
         if served:
@@ -342,8 +346,8 @@ class ServiceController:
             ref.stopping, self._dirty = True, True
             why = "unhealthy, replaced" if workload_id in plan.replaced else "stopped"
             record.note(now, "replica_stopping", f"{workload_id} {why}")
-            await self._stop(workload_id)
             self._notify(traffic)
+        await self._drain(record, now)
         if not plan.start or now < traffic.start_after:
             return
         alive = [r for r in self._replicas(record, now) if not r.unhealthy]
@@ -370,6 +374,18 @@ class ServiceController:
             self.health[workload.id] = Health()
             record.note(now, "replica_started", f"{workload.id} generation {record.generation}")
             self._dirty = True
+
+    async def _drain(self, record: ServiceRecord, now: float) -> None:
+        """Cancel the replicas to stop once the requests they serve are done (or DRAIN_S)."""
+        for ref in record.replicas:
+            if not ref.stopping or ref.cancelled:
+                continue
+            health = self.health.setdefault(ref.workload_id, Health())
+            if health.stopping_since is None:
+                health.stopping_since = now
+            if health.active == 0 or now - health.stopping_since > DRAIN_S:
+                ref.cancelled, self._dirty = True, True
+                await self._stop(ref.workload_id)
 
     async def _stop(self, workload_id: str) -> None:
         with contextlib.suppress(NotFound, Conflict):
@@ -439,7 +455,9 @@ class ServiceController:
         if not ready:
             return None
         traffic.turn += 1
-        return ready[traffic.turn % len(ready)]
+        picked = ready[traffic.turn % len(ready)]
+        self.health[picked[0]].active += 1
+        return picked
 
     def _rps(self, record: ServiceRecord, traffic: Traffic, now: float) -> float:
         window = record.spec.autoscaling.window_s

@@ -68,7 +68,7 @@ def plan_replicas(replicas: tuple[Replica, ...], desired: int, generation: int) 
         start = 1  # surge by one
     # Stop old ready replicas while what stays ready still covers `desired`.
     for r in sorted(old_ready, key=lambda r: (r.started_at, r.id)):
-        if ready - 1 >= desired or len(new) > desired:
+        if ready - 1 >= desired:
             stop.append(r.id)
             ready -= 1
     return ReplicaPlan(start=start, stop=tuple(stop), replaced=unhealthy)
