@@ -13,28 +13,48 @@ import yaml
 
 from gpufed.client import HubClient
 
-ACTIONS = ("create", "list", "show", "update", "delete")
-
 
 def add_service_commands(sub: Any, command: Any) -> None:
     """Register `service`; `command` adds a client command (see gpufed.commands)."""
     service = command("service", "run inference services: replicas behind the gateway", _service)
-    service.add_argument("action", choices=ACTIONS)
-    service.add_argument("target", nargs="?", metavar="TEAM/NAME", help="show, delete")
-    service.add_argument("-f", "--file", type=Path, help="service spec as YAML or JSON")
-    service.add_argument("--name")
-    service.add_argument("--team")
-    service.add_argument("--priority", dest="priority_class")
-    service.add_argument(
-        "--min", type=int, dest="min_replicas", help="fewest replicas (0: idle ones go)"
+    # The client flags again on each action, so they may also follow it (`service show X --json`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--api", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument(
+        "--token-file", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
-    service.add_argument("--max", type=int, dest="max_replicas", help="most replicas")
-    service.add_argument("--gpus", type=int, help="GPUs per replica")
-    service.add_argument("--fraction", type=float, dest="gpu_fraction", help="share of one GPU")
-    service.add_argument("--target-rps", type=float, help="requests per second per replica")
-    service.add_argument("--region", action="append", dest="regions", help="most preferred first")
-    service.add_argument("--health-path", help="HTTP path of the health check")
-    service.add_argument("command", nargs=argparse.REMAINDER, help="-- replica program and args")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    actions = service.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_text in (
+        ("create", "create a service (a spec file and/or flags, then -- the replica command)"),
+        ("update", "a new spec: a changed replica rolls the replicas over one at a time"),
+    ):
+        _spec_flags(actions.add_parser(name, help=help_text, parents=[common]))
+    listing = actions.add_parser("list", help="services, replicas, load, cost", parents=[common])
+    listing.add_argument("--team")
+    for name, help_text in (
+        ("show", "one service: replicas, ready, rps, cost per 1,000 requests"),
+        ("delete", "delete a service; its replicas stop"),
+    ):
+        actions.add_parser(name, help=help_text, parents=[common]).add_argument(
+            "target", metavar="TEAM/NAME"
+        )
+
+
+def _spec_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--file", type=Path, help="service spec as YAML or JSON")
+    parser.add_argument("--name")
+    parser.add_argument("--team")
+    parser.add_argument("--priority", dest="priority_class", help="default production")
+    parser.add_argument("--min", type=int, dest="min_replicas", help="fewest replicas (0 allowed)")
+    parser.add_argument("--max", type=int, dest="max_replicas", help="most replicas")
+    parser.add_argument("--gpus", type=int, help="GPUs per replica")
+    parser.add_argument("--fraction", type=float, dest="gpu_fraction", help="share of one GPU")
+    parser.add_argument("--target-rps", type=float, help="requests per second per replica")
+    parser.add_argument("--region", action="append", dest="regions", help="most preferred first")
+    parser.add_argument("--health-path", help="HTTP path of the health check")
+    parser.add_argument("--public", action="store_true", default=None, help="no token needed")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- replica program and args")
 
 
 def _service(args: argparse.Namespace) -> int:
@@ -66,7 +86,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any] | None:
         if not isinstance(spec, dict):
             print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
             return None
-    for key in ("name", "team", "priority_class", "min_replicas", "max_replicas", "regions"):
+    keys = ("name", "team", "priority_class", "min_replicas", "max_replicas", "regions", "public")
+    for key in keys:
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     replica = dict(spec.get("replica") or {})
@@ -83,8 +104,6 @@ def _spec(args: argparse.Namespace) -> dict[str, Any] | None:
         spec["autoscaling"] = {**(spec.get("autoscaling") or {}), "target": args.target_rps}
     if args.health_path:
         spec["health"] = {**(spec.get("health") or {}), "path": args.health_path}
-    if args.target and not (spec.get("team") and spec.get("name")):
-        spec["team"], _, spec["name"] = args.target.partition("/")
     return spec
 
 
@@ -153,6 +172,10 @@ def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
             )
         )
     _table(rows)
+    t0 = s["created_at"]
+    print("  recent:")
+    for h in s["history"][-8:]:
+        print(f"    +{h['at'] - t0:8.1f}s  {h['event']}  {h['detail']}")
     return 0
 
 

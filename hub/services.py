@@ -307,6 +307,8 @@ class ServiceController:
             if not ref.stopping:
                 traffic.failed_in_row += 1
                 traffic.start_after = now + min(30.0, 0.5 * 2**traffic.failed_in_row)
+                why = ended.message or ended.reason or ended.phase.value
+                record.message = f"replica {ref.workload_id} {ended.phase.value}: {why}"[:500]
                 record.note(now, "replica_ended", f"{ref.workload_id} {ended.phase.value}")
             self._notify(traffic)
 
@@ -365,7 +367,6 @@ class ServiceController:
                 traffic.start_after = now + 2.0
                 return
             record.next_index += 1
-            record.message = ""
             record.replicas.append(
                 ReplicaRef(
                     workload_id=workload.id, generation=record.generation, index=spec_index(spec)
@@ -427,6 +428,7 @@ class ServiceController:
         if health.ready and not was_ready:
             traffic = self.traffic.setdefault(record.key, Traffic())
             traffic.failed_in_row = 0
+            record.message = ""
             record.note(self.state.clock(), "replica_ready", workload_id)
             self._notify(traffic)
 
