@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
 from hub.core.autoscale import Recommendation
-from hub.records import HistoryEntry, WorkloadRecord
-from schemas import WorkloadSpec
+from hub.core.servicecost import ReplicaRun
+from hub.records import HistoryEntry, SpokeRecord, WorkloadRecord
+from schemas import CapacityReport, WorkloadSpec
 from schemas.services import ServiceSpec
 
 MAX_HISTORY = 200
@@ -94,3 +96,43 @@ def spec_index(spec: WorkloadSpec) -> int:
 def endpoint_of(w: WorkloadRecord | None) -> str | None:
     """The URL a running replica is reached at, as its spoke reported it."""
     return w.endpoint if w is not None else None
+
+
+def runs_of(w: WorkloadRecord, reports: Mapping[str, CapacityReport]) -> list[ReplicaRun]:
+    """The runs of one replica workload, priced at its spokes' price per GPU-hour."""
+    runs = []
+    for attempt in w.attempts:
+        if attempt.started_at is None:
+            continue
+        report = reports.get(attempt.spoke_id)
+        price = report.price_per_gpu_hour if report is not None else 0.0
+        runs.append(ReplicaRun(w.spec.total_gpus, attempt.started_at, attempt.ended_at, price))
+    return runs
+
+
+def regions_with_room(
+    spec: ServiceSpec,
+    reports: Mapping[str, CapacityReport],
+    spokes: Mapping[str, SpokeRecord],
+) -> frozenset[str]:
+    """The regions whose spokes reported room for one replica in their last report."""
+    replica = spec.replica
+    models = set(replica.gpu_models)
+    room: set[str] = set()
+    for spoke_id, report in reports.items():
+        spoke = spokes.get(spoke_id)
+        if spoke is None or spoke.region in room:
+            continue
+        for node in report.nodes:
+            if not node.schedulable or (models and node.gpu_model not in models):
+                continue
+            whole = len(node.free_devices)
+            if replica.gpu_fraction is None:
+                fits = whole >= replica.gpus
+            else:
+                shares = node.device_free_fraction.values()
+                fits = whole > 0 or any(f >= replica.gpu_fraction for f in shares)
+            if fits:
+                room.add(spoke.region)
+                break
+    return frozenset(room)

@@ -33,6 +33,8 @@ from hub.servicerecords import (
     ServiceRecord,
     Traffic,
     endpoint_of,
+    regions_with_room,
+    runs_of,
     service_key,
     spec_index,
 )
@@ -301,7 +303,7 @@ class ServiceController:
             self._dirty = True
             if ended is None:
                 continue
-            seconds, dollars = gpu_dollars(self._runs_of(ended), now)
+            seconds, dollars = gpu_dollars(runs_of(ended, self.state.reports), now)
             record.retired_gpu_seconds += seconds
             record.retired_dollars += dollars
             if not ref.stopping:
@@ -353,11 +355,12 @@ class ServiceController:
         if not plan.start or now < traffic.start_after:
             return
         alive = [r for r in self._replicas(record, now) if not r.unhealthy]
+        room = regions_with_room(record.spec, self.state.reports, self.state.spokes)
         regions = choose_regions(
-            [r.region for r in alive], record.spec.regions, plan.start, record.spec.spread
+            [r.region for r in alive], record.spec.regions, plan.start, record.spec.spread, room
         )
-        for preferred in regions:
-            spec = record.spec.replica_spec(record.next_index, preferred)
+        for region in regions:
+            spec = record.spec.replica_spec(record.next_index, region, pin=region in room)
             try:
                 workload = await self._submit(spec, CONTROLLER_USER)
             except HubError as exc:
@@ -472,18 +475,8 @@ class ServiceController:
             run
             for ref in record.replicas
             if (w := self.state.workloads.get(ref.workload_id)) is not None
-            for run in self._runs_of(w)
+            for run in runs_of(w, self.state.reports)
         ]
-
-    def _runs_of(self, w: WorkloadRecord) -> list[ReplicaRun]:
-        runs = []
-        for attempt in w.attempts:
-            if attempt.started_at is None:
-                continue
-            report = self.state.reports.get(attempt.spoke_id)
-            price = report.price_per_gpu_hour if report is not None else 0.0
-            runs.append(ReplicaRun(w.spec.total_gpus, attempt.started_at, attempt.ended_at, price))
-        return runs
 
     def _notify(self, traffic: Traffic) -> None:
         changed, traffic.changed = traffic.changed, asyncio.Event()

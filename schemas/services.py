@@ -153,7 +153,7 @@ class ServiceSpec(WireModel):
         # The replica's workload must be valid as a submission: check it now, with the
         # service's own name, so the error names the field at creation, not at scale-up.
         try:
-            self.replica_spec(0, self.regions)
+            self.replica_spec(0, self.regions[0] if self.regions else None)
         except ValueError as exc:
             raise ValueError(f"replica: {_first_error(exc)}") from None
         return self
@@ -166,9 +166,13 @@ class ServiceSpec(WireModel):
         env = {k: (SECRET_MASK if k in secret else v) for k, v in self.replica.env.items()}
         return self.model_copy(update={"replica": self.replica.model_copy(update={"env": env})})
 
-    def replica_spec(self, index: int, preferred: tuple[str, ...]) -> WorkloadSpec:
-        """The workload of replica `index`, preferring the regions in `preferred` order."""
-        affinity = Affinity(required_regions=self.regions, preferred_regions=preferred)
+    def replica_spec(self, index: int, region: str | None, pin: bool = False) -> WorkloadSpec:
+        """The workload of replica `index`: it prefers `region` (None: none), or must run
+        there when `pin` (the controller pins it to a region that has room for it)."""
+        affinity = Affinity(
+            required_regions=(region,) if pin and region else self.regions,
+            preferred_regions=(region,) if region else (),
+        )
         return self.replica.workload_spec(
             name=f"{self.name[:52]}-r{index % 10_000}",
             team=self.team,

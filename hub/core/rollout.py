@@ -10,8 +10,8 @@ plan out. Rules:
   ready replicas that remain are still at least `desired` (never below the ready count it
   asks for) or that old one was not ready anyway;
 - scaling down stops the replicas that are not ready first, then the newest;
-- a new replica goes to the region with the fewest of the service's replicas, ties broken by
-  the service's order of preference (`choose_regions`).
+- a new replica goes to a region with room for it, the one with the fewest of the service's
+  replicas, ties broken by the service's order of preference (`choose_regions`).
 """
 
 from __future__ import annotations
@@ -75,25 +75,31 @@ def plan_replicas(replicas: tuple[Replica, ...], desired: int, generation: int) 
 
 
 def choose_regions(
-    existing: list[str | None], preferences: tuple[str, ...], count: int, spread: bool
-) -> list[tuple[str, ...]]:
-    """For each of `count` new replicas, its regions in order of preference.
+    existing: list[str | None],
+    preferences: tuple[str, ...],
+    count: int,
+    spread: bool,
+    with_room: frozenset[str] = frozenset(),
+) -> list[str | None]:
+    """For each of `count` new replicas, the region it should go to (None: no preference).
 
-    `existing`: the regions of the service's replicas alive now (None: not placed yet).
-    Spread: the region with the fewest replicas first, ties by `preferences` order. Without
-    spread: `preferences` as given. No preferences: no preference (the placement decides).
+    `existing`: the regions of the service's replicas alive now (None: not placed yet);
+    `with_room`: the regions that have room for a replica now. A region with room comes
+    before one without; then, with spread, the one with the fewest replicas; then the order of
+    `preferences`.
     """
     if not preferences:
-        return [() for _ in range(count)]
-    if not spread:
-        return [preferences for _ in range(count)]
+        return [None] * count
     counts = Counter(r for r in existing if r is not None)
     rank = {region: i for i, region in enumerate(preferences)}
-    out: list[tuple[str, ...]] = []
+    out: list[str | None] = []
     for _ in range(count):
-        ordered = tuple(sorted(preferences, key=lambda r: (counts[r], rank[r])))
-        out.append(ordered)
-        counts[ordered[0]] += 1
+        region = min(
+            preferences,
+            key=lambda r: (r not in with_room, counts[r] if spread else 0, rank[r]),
+        )
+        out.append(region)
+        counts[region] += 1
     return out
 
 

@@ -74,11 +74,10 @@ def test_a_plan_never_drops_ready_replicas_below_what_is_asked(
     assert set(plan.replaced) == {r.id for r in replicas if r.unhealthy}
 
 
-def test_spread_fills_the_emptiest_region_preferred_first() -> None:
-    assert choose_regions(["eu"], ("eu", "us", "ap"), 3, spread=True) == [
-        ("us", "ap", "eu"),
-        ("ap", "eu", "us"),
-        ("eu", "us", "ap"),
-    ]
-    assert choose_regions(["eu"], ("eu", "us"), 1, spread=False) == [("eu", "us")]
-    assert choose_regions([], (), 2, spread=True) == [(), ()]
+def test_spread_fills_the_emptiest_region_with_room_preferred_first() -> None:
+    everywhere = frozenset({"eu", "us", "ap"})
+    assert choose_regions(["eu"], ("eu", "us", "ap"), 3, True, everywhere) == ["us", "ap", "eu"]
+    assert choose_regions(["eu"], ("eu", "us", "ap"), 2, True, frozenset({"eu"})) == ["eu", "eu"]
+    assert choose_regions(["eu"], ("eu", "us"), 2, False, everywhere) == ["eu", "eu"]
+    assert choose_regions([], ("eu", "us"), 1, False, frozenset({"us"})) == ["us"]
+    assert choose_regions([], (), 2, True) == [None, None]

@@ -48,7 +48,7 @@ def test_a_replica_is_a_workload_of_the_service_team_and_class() -> None:
     spec = ServiceSpec.model_validate(
         _spec(regions=["eu", "us"], replica={"command": ["serve"], "gpu_fraction": 0.5})
     )
-    replica = spec.replica_spec(7, ("us", "eu"))
+    replica = spec.replica_spec(7, "us")
     assert (replica.name, replica.team, replica.priority_class) == (
         "llm-r7",
         "serving",
@@ -56,10 +56,10 @@ def test_a_replica_is_a_workload_of_the_service_team_and_class() -> None:
     )
     assert replica.gpu_fraction == 0.5
     assert replica.affinity.required_regions == ("eu", "us")
-    assert replica.affinity.preferred_regions == ("us", "eu")
+    assert replica.affinity.preferred_regions == ("us",)
     assert replica.restart_policy == RestartPolicy.NEVER
 
 
 def test_a_long_service_name_still_gives_valid_replica_names() -> None:
     spec = ServiceSpec.model_validate(_spec(name="a" * 63))
-    assert len(spec.replica_spec(9999, ()).name) <= 63
+    assert len(spec.replica_spec(9999, None).name) <= 63
