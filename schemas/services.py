@@ -35,6 +35,23 @@ class ReplicaTemplate(WireModel):
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
     gpu_models: tuple[GpuModel, ...] = Field(default=(), max_length=16)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_secret_values(cls, data: Any) -> Any:
+        # `env: {HF_TOKEN: {value: "...", secret: true}}`, as in a WorkloadSpec.
+        if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
+            return data
+        plain: dict[str, Any] = {}
+        secret = list(data.get("secret_env") or ())
+        for key, value in data["env"].items():
+            if isinstance(value, dict) and set(value) <= {"value", "secret"} and "value" in value:
+                plain[key] = value["value"]
+                if value.get("secret") is True and key not in secret:
+                    secret.append(key)
+            else:
+                plain[key] = value
+        return {**data, "env": plain, "secret_env": secret}
+
     def workload_spec(
         self, *, name: str, team: str, priority_class: str, affinity: Affinity
     ) -> WorkloadSpec:

@@ -204,7 +204,11 @@ async def test_services_are_team_scoped_and_audited(fed: InProcessFederation) ->
     other = fed.client(await fed.token("eve", "member", "vision"))
     refused = await other.post("/v1/services", json=service("llm"))
     assert refused.status_code == 403
-    assert (await api.post("/v1/services", json=service("llm"))).status_code == 201
+    secret = {"env": {"HF_TOKEN": {"value": "hf_s3cr3t", "secret": True}}}
+    made = await api.post("/v1/services", json=service("llm", replica=secret))
+    assert made.status_code == 201
+    assert made.json()["spec"]["replica"]["env"] == {"HF_TOKEN": "***"}
+    assert "hf_s3cr3t" not in (await api.get("/v1/services")).text
     assert (await api.post("/v1/services", json=service("llm"))).status_code == 409
     assert (await other.get(f"/v1/services/{TEAM}/llm")).status_code == 403
     assert (await other.get(f"/svc/{TEAM}/llm/x")).status_code == 403
