@@ -317,9 +317,9 @@ class ServiceController:
     def _replicas(self, record: ServiceRecord, now: float) -> tuple[Replica, ...]:
         out = []
         for ref in record.replicas:
-            if ref.stopping:
+            w = self.state.workloads.get(ref.workload_id)
+            if ref.stopping or w is None:  # ended since: dropped at the next tick
                 continue
-            w = self.state.workloads[ref.workload_id]
             health = self.health.setdefault(ref.workload_id, Health())
             ready = self._ready(ref, w)
             started = w.started_at
@@ -354,6 +354,8 @@ class ServiceController:
         await self._drain(record, now)
         if not plan.start or now < traffic.start_after:
             return
+        if self.services.get(record.key) is not record:
+            return  # deleted while this pass ran: start nothing for it
         alive = [r for r in self._replicas(record, now) if not r.unhealthy]
         room = regions_with_room(record.spec, self.state.reports, self.state.spokes)
         regions = choose_regions(
@@ -368,6 +370,9 @@ class ServiceController:
                     record.note(now, "replica_refused", exc.message)
                 record.message, self._dirty = exc.message, True
                 traffic.start_after = now + 2.0
+                return
+            if self.services.get(record.key) is not record:
+                await self._stop(workload.id)  # deleted meanwhile: no orphan replica
                 return
             record.next_index += 1
             record.replicas.append(
