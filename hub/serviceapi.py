@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from hub.apideps import ApiSecurity, Caller, Security
 from hub.apimodels import error_responses
 from hub.core.access import Action, Principal, allowed, permitted_teams
-from hub.errors import Forbidden, HubError
+from hub.errors import Forbidden, HubError, InvalidWorkload
 from hub.records import HistoryEntry
 from hub.service import HubService
 from hub.servicerecords import ServiceRecord
@@ -127,7 +127,7 @@ def add_service_routes(app: FastAPI, hub: HubService) -> None:
     @app.put(
         "/v1/services/{team}/{name}",
         response_model=ServiceOut,
-        responses=error_responses(403, 404),
+        responses=error_responses(403, 404, 422),
     )
     async def update_service(
         team: _Label, name: _Label, spec: ServiceSpec, who: Caller, sec: Security
@@ -135,7 +135,7 @@ def add_service_routes(app: FastAPI, hub: HubService) -> None:
         """A new spec for the service: a changed replica template rolls replicas over."""
         await _may(who, sec, "service.update", team, name)
         if (spec.team, spec.name) != (team, name):
-            raise Forbidden(
+            raise InvalidWorkload(
                 f"the spec names {spec.team}/{spec.name}, not {team}/{name}", field="name"
             )
         try:

@@ -214,6 +214,9 @@ async def test_services_are_team_scoped_and_audited(fed: InProcessFederation) ->
     assert (await other.get(f"/svc/{TEAM}/llm/x")).status_code == 403
     assert (await fed.client(None).get(f"/svc/{TEAM}/llm/x")).status_code == 401
     assert [s["name"] for s in (await other.get("/v1/services")).json()] == []
+    renamed = await api.put(f"/v1/services/{TEAM}/llm", json=service("other"))
+    assert renamed.status_code == 422
+    assert renamed.json()["field"] == "name"
     assert (await api.delete(f"/v1/services/{TEAM}/llm")).status_code == 202
     assert (await api.get(f"/v1/services/{TEAM}/llm")).status_code == 404
     audit = (await api.get("/v1/audit", params={"team": TEAM})).json()
