@@ -60,7 +60,7 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
         workload_id, endpoint = await services.acquire(
             team, name, record.spec.autoscaling.wake_timeout_s
         )
-        served = False
+        served = broken = False
         try:
             answer = await services.http.request(
                 request.method,
@@ -72,12 +72,13 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
             )
             served = True
         except httpx.HTTPError as exc:
+            broken = True
             log.warning("gateway_replica_failed", service=f"{team}/{name}", replica=workload_id)
             raise Unavailable(
                 f"replica {workload_id} of {team}/{name} did not answer ({type(exc).__name__})"
             ) from None
         finally:
-            services.release(team, name, workload_id, served)
+            services.release(team, name, workload_id, served, broken)
         headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
         headers["x-gpufed-replica"] = workload_id
         return Response(answer.content, status_code=answer.status_code, headers=headers)

@@ -213,8 +213,11 @@ class ServiceController:
             traffic.in_flight -= 1
             raise
 
-    def release(self, team: str, name: str, workload_id: str, served: bool) -> None:
-        """The request `acquire` routed to `workload_id` is done (`served`: it answered)."""
+    def release(
+        self, team: str, name: str, workload_id: str, served: bool, broken: bool = False
+    ) -> None:
+        """The request `acquire` routed to `workload_id` is done: `served` (it answered), or
+        `broken` (the replica could not be reached; a caller who went away is neither)."""
         traffic = self.traffic.get(service_key(team, name))
         if traffic is not None:
             traffic.in_flight -= 1
@@ -228,8 +231,8 @@ class ServiceController:
             health.requests += 1
             record.requests += 1
             self._dirty = True
-        else:
-            health.failures += 1  # the replica did not answer: its next probe decides
+        elif broken:
+            health.failures += 1  # out of the rotation at the threshold; the next probe decides
 
     # --- the loop ---
 
