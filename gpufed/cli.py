@@ -90,7 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--state-dir", type=Path, default=Path(".gpufed/spokes"))
     spoke.add_argument("--heartbeat", type=float, default=2.0, help="seconds between reports")
     spoke.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    spoke.add_argument("--price", type=float, default=0.0, help="$ per GPU-hour (cloud)")
+    spoke.add_argument(
+        "--price",
+        type=float,
+        default=0.0,
+        help="$ per GPU-hour (cloud rent, or on-prem amortised; prices service requests)",
+    )
     spoke.add_argument("--resync-interval", type=float, default=30.0, help="s between full syncs")
     spoke.add_argument(
         "--fence-after",

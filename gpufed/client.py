@@ -123,6 +123,23 @@ class HubClient:
     def burst_instances(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/burst/instances")  # type: ignore[no-any-return]
 
+    def services(self, team: str | None = None) -> list[dict[str, Any]]:
+        params = {"team": team} if team else {}
+        return self._call("GET", "/v1/services", params=params)  # type: ignore[no-any-return]
+
+    def service(self, team: str, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/services/{team}/{name}")  # type: ignore[no-any-return]
+
+    def create_service(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/v1/services", json=spec)  # type: ignore[no-any-return]
+
+    def update_service(self, spec: dict[str, Any]) -> dict[str, Any]:
+        path = f"/v1/services/{spec.get('team')}/{spec.get('name')}"
+        return self._call("PUT", path, json=spec)  # type: ignore[no-any-return]
+
+    def delete_service(self, team: str, name: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/services/{team}/{name}")  # type: ignore[no-any-return]
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 

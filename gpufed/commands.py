@@ -100,11 +100,13 @@ def add_client_commands(sub: Any) -> None:
     top.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
+    from gpufed.service_cmd import add_service_commands
     from gpufed.session_cmd import add_session_commands
     from gpufed.token_cmd import add_token_commands
 
     add_token_commands(sub, command)
     add_session_commands(sub, command)
+    add_service_commands(sub, command)
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

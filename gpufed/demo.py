@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from gpufed.client import ApiError, HubClient
+from gpufed.demo_services import ServingDemo
 
 #: (name, team, priority, nodes, gpus per node, models, fraction, seconds)
 DEMO_JOBS: list[tuple[str, str, str, int, int, list[str], float | None, float]] = [
@@ -66,22 +67,28 @@ RELEASE_TIMEOUT_S = 60.0
 
 
 def run_demo(api_url: str, token: str | None = None) -> tuple[int, int]:
-    """Submit the demo jobs, wait for them, print the summary: (succeeded, submitted)."""
+    """Open a notebook session, start an inference service, submit the demo jobs, drive load at
+    the service, wait for the jobs, print the summary: (went well, tried), where the session
+    and service together count as one."""
     client = HubClient(api_url, token=token)
     try:
-        return _run(client)
+        return _run(client, ServingDemo(client, api_url, token))
     except ApiError as exc:
         print(f"gpufed demo: {exc}")
-        return 0, len(DEMO_JOBS)
+        return 0, len(DEMO_JOBS) + 1
     finally:
         client.close()
 
 
-def _run(client: HubClient) -> tuple[int, int]:
+def _run(client: HubClient, serving: ServingDemo) -> tuple[int, int]:
     specs = demo_specs()
     start = time.monotonic()
+    print()
+    serving.start()
     ids = [client.submit(spec)["id"] for spec in specs]
-    print(f"\nsubmitted {len(ids)} workloads from {len({s['team'] for s in specs})} teams")
+    print(f"submitted {len(ids)} workloads from {len({s['team'] for s in specs})} teams")
+    serving.check_notebook()
+    serving.drive_load()
     records: dict[str, dict[str, Any]] = {}
     last_line = ""
     while time.monotonic() - start < TIMEOUT_S:
@@ -97,10 +104,12 @@ def _run(client: HubClient) -> tuple[int, int]:
         if sum(phases.get(p, 0) for p in ("succeeded", "failed", "cancelled")) == len(ids):
             break
         time.sleep(PROGRESS_EVERY_S / 4)
+    serving.watch_scale_down()
     _summary([records.get(i) or client.workload(i) for i in ids])
+    served = serving.finish()
     _burst_summary(client)
     ok = sum(1 for i in ids if records.get(i, {}).get("phase") == "succeeded")
-    return ok, len(ids)
+    return ok + served, len(ids) + 1
 
 
 def _burst_summary(client: HubClient) -> None:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, TypeAdapter
 import schemas
 from schemas.commands import Command
 from schemas.logs import LogReply, LogRequest
+from schemas.services import ServiceSpec
 from schemas.workloads import Affinity
 
 MODELS: dict[str, type[BaseModel]] = {
@@ -25,6 +26,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "WorkloadEvent": schemas.WorkloadEvent,
     "LogRequest": LogRequest,
     "LogReply": LogReply,
+    "ServiceSpec": ServiceSpec,  # what `gpufed service create -f` and POST /v1/services take
 }
 
 

@@ -40,13 +40,16 @@ class SimSpoke:
     nodes: int
     gpus: int
     model: str
+    price: float = 0.0  # $ per GPU-hour (what service requests are priced at)
 
 
-#: The embedded fleet: two regions, three spokes, three GPU models.
+#: The embedded fleet: two regions, three spokes, three GPU models. The L4s carry an amortised
+#: price so inference services running there show a cost per 1,000 requests; us-1 already
+#: comes last among equal offers (by id), so the price changes no placement.
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=2, gpus=8, model="H100"),
     SimSpoke("eu-2", "eu", nodes=1, gpus=4, model="A100"),
-    SimSpoke("us-1", "us", nodes=4, gpus=8, model="L4"),
+    SimSpoke("us-1", "us", nodes=4, gpus=8, model="L4", price=0.8),
 )
 
 
@@ -234,6 +237,7 @@ class Federation:
                 "--state-dir", str(self.data_dir / "spokes"),
                 "--heartbeat", "1",
                 "--metrics-port", str(port),
+                *(("--price", str(spoke.price)) if spoke.price else ()),
                 *self.spoke_args,
             ],
         )  # fmt: skip

@@ -40,12 +40,14 @@ from hub.errors import (
     Unauthenticated,
     Unavailable,
 )
+from hub.gateway import add_gateway_routes
 from hub.idle import flagged_idle_s
 from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
 from hub.policyfile import PolicyDocument, policy_to_dict
 from hub.records import WorkloadRecord
 from hub.service import HubService
+from hub.serviceapi import add_service_routes
 from hub.tokenapi import add_token_routes
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
 from schemas.burst import InstanceEvent
@@ -286,6 +288,8 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
 
     add_token_routes(app)
     add_observability_routes(app, hub, sec)
+    add_service_routes(app, hub)
+    add_gateway_routes(app, hub)
     mount_console(app)
 
     @app.get("/v1/health", response_model=HealthOut)

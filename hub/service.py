@@ -45,6 +45,7 @@ from hub.ports import Store
 from hub.publishing import Publisher, decision
 from hub.queries import HubView
 from hub.records import DecisionRecord, WorkloadRecord
+from hub.services import ServiceController
 from hub.settings import HubSettings
 from hub.state import HubState
 from hub.submissions import Submissions
@@ -92,6 +93,9 @@ class HubService(HubView):
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
         self.submissions = Submissions(self.state)
+        self.services = ServiceController(
+            self.state, self.submit, self.cancel, self._refuse_on_standby
+        )
         self.state.metrics.bind(self)
         self.leadership = Leadership(settings.resolved_store_url(), poll_s=settings.leader_poll_s)
         # A replica sharing a PostgreSQL store stands by until it holds the leadership; a hub on
@@ -118,6 +122,7 @@ class HubService(HubView):
         self.state.term, self.standby = term, False
         await self.bus.ensure_streams(self.settings.event_domains)
         await self._load()
+        await self.services.load()
         nc, h = self.bus.nc, self.handlers
         subs = [
             await nc.subscribe(subjects.SUBMIT, queue="hub", cb=h.on_submit),
@@ -142,6 +147,7 @@ class HubService(HubView):
             supervise(events, "hub-events"),
             supervise(instances, "hub-burst"),
             supervise(self.leadership.watch(stop), "hub-leadership"),
+            supervise(self.services.run(stop), "hub-services"),
         ]
         await self.publisher.republish_unpublished()
         self.ready.set()

@@ -27,6 +27,7 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "faults": ("faults",),
     "windows": ("windows",),  # time windows in the policy
     "sessions": ("sessions",),  # interactive sessions, idle culling, idle GPUs
+    "services": ("services",),  # inference services: replicas, autoscaling, gateway
     "prometheus": ("prometheus", "integration"),  # Debian's promtool and prometheus
     "browser": ("browser", "integration"),  # Debian's chromium
     "security": ("security",),

@@ -1,0 +1,51 @@
+"""A tiny inference-service replica for the demo and the tests: `python -m gpufed.replica`.
+
+Listens on $GPUFED_HOST:$GPUFED_PORT (set by the runtime for kind `service`). Every GET
+answers `<$REPLICA_VERSION> <workload id>` after $REPLICA_DELAY_S seconds (a stand-in for
+inference time); `/health` answers 200 until someone calls `/sick`, then 500; `/exit` ends
+the process with status 3 (a crash).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_sick = threading.Event()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.startswith("/health"):
+            self._answer(500 if _sick.is_set() else 200, b"sick" if _sick.is_set() else b"ok")
+            return
+        if self.path.startswith("/sick"):
+            _sick.set()
+            self._answer(200, b"now sick")
+            return
+        if self.path.startswith("/exit"):
+            self._answer(200, b"bye")
+            os._exit(3)
+        time.sleep(float(os.environ.get("REPLICA_DELAY_S", "0")))
+        version = os.environ.get("REPLICA_VERSION", "v1")
+        self._answer(200, f"{version} {os.environ.get('GPUFED_WORKLOAD_ID', '?')}".encode())
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def main() -> None:
+    address = (os.environ.get("GPUFED_HOST", "127.0.0.1"), int(os.environ["GPUFED_PORT"]))
+    ThreadingHTTPServer(address, _Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

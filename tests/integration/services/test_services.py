@@ -1,0 +1,227 @@
+"""Inference services end to end: a small HTTP server as the replica, load from a bounded
+generator through the hub's gateway, real spokes running the replicas as processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import httpx
+
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
+
+TEAM = "serving"
+
+
+def service(name: str, **over: Any) -> dict[str, Any]:
+    replica = {
+        "command": [sys.executable, "-m", "gpufed.replica"],
+        "gpu_fraction": 0.25,
+        "env": {"REPLICA_DELAY_S": "0.02"},
+    }
+    return {
+        "name": name,
+        "team": TEAM,
+        "replica": {**replica, **over.pop("replica", {})},
+        "health": {"path": "/health", "period_s": 0.2, "failure_threshold": 2, "startup_s": 30},
+        **over,
+    }
+
+
+async def start(fed: InProcessFederation, price: float = 0.0) -> httpx.AsyncClient:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "L4"), price_per_gpu_hour=price)
+    await fed.wait_spokes(1)
+    assert fed.api is not None
+    return fed.api
+
+
+async def show(api: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    answer = await api.get(f"/v1/services/{TEAM}/{name}")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def wait_service(
+    api: httpx.AsyncClient, name: str, what: str, check: Any, timeout: float = 30
+) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    async def done() -> bool:
+        seen.update(await show(api, name))
+        return bool(check(seen))
+
+    await wait_until(done, timeout, f"{name}: {what}", every=0.1)
+    return seen
+
+
+async def generate(
+    api: httpx.AsyncClient, name: str, count: int, concurrency: int, stop: asyncio.Event
+) -> list[int]:
+    """Up to `count` GETs through the gateway, `concurrency` at a time (fewer once `stop`)."""
+    statuses: list[int] = []
+    sent = 0
+
+    async def worker() -> None:
+        nonlocal sent
+        while sent < count and not stop.is_set():
+            sent += 1
+            answer = await api.get(f"/svc/{TEAM}/{name}/infer", timeout=60)
+            statuses.append(answer.status_code)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return statuses
+
+
+async def test_a_service_scales_up_under_load_and_down_after_it_with_its_cost(
+    fed: InProcessFederation,
+) -> None:
+    api = await start(fed, price=3.6)
+    spec = service(
+        "llm",
+        min_replicas=1,
+        max_replicas=3,
+        autoscaling={"target": 2, "window_s": 2, "scale_down_delay_s": 2},
+    )
+    created = await api.post("/v1/services", json=spec)
+    assert created.status_code == 201, created.text
+    await wait_service(api, "llm", "one replica ready", lambda s: s["ready"] == 1)
+
+    stop = asyncio.Event()
+    peak: list[int] = []
+
+    async def watch() -> None:
+        status = await wait_service(api, "llm", "3 ready", lambda s: s["ready"] == 3, 120)
+        peak.append(status["ready"])
+        stop.set()
+
+    watcher = asyncio.create_task(watch())
+    statuses = await generate(api, "llm", count=5000, concurrency=4, stop=stop)
+    await watcher
+    assert peak == [3]
+    assert set(statuses) == {200}
+
+    status = await show(api, "llm")
+    assert status["requests"] == len(statuses)
+    serving = [r for r in status["replicas"] if r["requests"] > 0]
+    assert len(serving) >= 2  # round robin over the replicas that became ready
+    assert status["cost_per_1k_requests"] > 0
+    expected = status["cost_dollars"] / status["requests"] * 1000
+    assert abs(status["cost_per_1k_requests"] - expected) < 1e-3
+
+    down = await wait_service(
+        api, "llm", "back to one replica", lambda s: len(s["replicas"]) == 1, 60
+    )
+    assert down["desired"] == 1
+    assert any(h["event"] == "scaled" and "-> 3" in h["detail"] for h in down["history"])
+
+
+async def test_a_service_at_zero_replicas_wakes_for_a_request(fed: InProcessFederation) -> None:
+    api = await start(fed)
+    spec = service(
+        "sleepy",
+        min_replicas=0,
+        max_replicas=2,
+        autoscaling={"scale_to_zero_after_s": 1, "scale_down_delay_s": 0},
+    )
+    assert (await api.post("/v1/services", json=spec)).status_code == 201
+    await wait_service(api, "sleepy", "one replica ready", lambda s: s["ready"] == 1)
+    idle = await wait_service(api, "sleepy", "scaled to zero", lambda s: not s["replicas"], 60)
+    assert any(h["detail"] == "1 -> 0 (idle)" for h in idle["history"])
+
+    answer = await api.get(f"/svc/{TEAM}/sleepy/hello", timeout=60)
+    assert answer.status_code == 200
+    assert answer.text.startswith("v1 ")
+    status = await show(api, "sleepy")
+    assert status["requests"] == 1
+    woke = [h["detail"] for h in status["history"] if h["detail"].startswith("0 -> 1")]
+    assert woke  # the request waiting at zero started a replica
+
+
+async def test_an_unhealthy_or_crashed_replica_is_replaced(fed: InProcessFederation) -> None:
+    api = await start(fed)
+    assert (await api.post("/v1/services", json=service("fragile", replicas=1))).status_code == 201
+    first = await wait_service(api, "fragile", "ready", lambda s: s["ready"] == 1)
+    sick_id = first["replicas"][0]["workload_id"]
+
+    assert (await api.get(f"/svc/{TEAM}/fragile/sick")).status_code == 200
+    second = await wait_service(
+        api,
+        "fragile",
+        "a new replica ready",
+        lambda s: s["ready"] == 1 and s["replicas"][0]["workload_id"] != sick_id,
+    )
+    assert (await fed.workload(sick_id))["phase"] == "cancelled"
+    assert any(h["detail"] == f"{sick_id} unhealthy, replaced" for h in second["history"])
+
+    crash_id = second["replicas"][0]["workload_id"]
+    assert (await api.get(f"/svc/{TEAM}/fragile/exit")).status_code == 200
+    await wait_service(
+        api,
+        "fragile",
+        "the crashed replica replaced",
+        lambda s: s["ready"] == 1 and s["replicas"][0]["workload_id"] != crash_id,
+    )
+    assert (await fed.workload(crash_id))["phase"] == "failed"
+    answer = await api.get(f"/svc/{TEAM}/fragile/again")
+    assert answer.status_code == 200
+
+
+async def test_a_rolling_update_never_drops_below_the_ready_replicas(
+    fed: InProcessFederation,
+) -> None:
+    api = await start(fed)
+    spec = service("roll", replicas=2)
+    assert (await api.post("/v1/services", json=spec)).status_code == 201
+    await wait_service(api, "roll", "two ready", lambda s: s["ready"] == 2)
+
+    spec["replica"]["env"] = {"REPLICA_VERSION": "v2"}
+    updated = await api.put(f"/v1/services/{TEAM}/roll", json=spec)
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["generation"] == 2
+
+    ready_seen: list[int] = []
+    answers: list[str] = []
+
+    async def rolled() -> bool:
+        status = await show(api, "roll")
+        ready_seen.append(status["ready"])
+        answer = await api.get(f"/svc/{TEAM}/roll/x", timeout=30)
+        assert answer.status_code == 200
+        answers.append(answer.text.split()[0])
+        gens = [r["generation"] for r in status["replicas"]]
+        return gens == [2, 2] and status["ready"] == 2
+
+    await wait_until(rolled, 60, "the rollout to finish", every=0.1)
+    assert min(ready_seen) >= 2
+    assert answers[-1] == "v2"
+
+
+async def test_services_are_team_scoped_and_audited(fed: InProcessFederation) -> None:
+    api = await start(fed)
+    other = fed.client(await fed.token("eve", "member", "vision"))
+    refused = await other.post("/v1/services", json=service("llm"))
+    assert refused.status_code == 403
+    secret = {"env": {"HF_TOKEN": {"value": "hf_s3cr3t", "secret": True}}}
+    made = await api.post("/v1/services", json=service("llm", replica=secret))
+    assert made.status_code == 201
+    assert made.json()["spec"]["replica"]["env"] == {"HF_TOKEN": "***"}
+    assert "hf_s3cr3t" not in (await api.get("/v1/services")).text
+    assert (await api.post("/v1/services", json=service("llm"))).status_code == 409
+    assert (await other.get(f"/v1/services/{TEAM}/llm")).status_code == 403
+    assert (await other.get(f"/svc/{TEAM}/llm/x")).status_code == 403
+    assert (await fed.client(None).get(f"/svc/{TEAM}/llm/x")).status_code == 401
+    assert [s["name"] for s in (await other.get("/v1/services")).json()] == []
+    renamed = await api.put(f"/v1/services/{TEAM}/llm", json=service("other"))
+    assert renamed.status_code == 422
+    assert renamed.json()["field"] == "name"
+    assert (await api.delete(f"/v1/services/{TEAM}/llm")).status_code == 202
+    assert (await api.get(f"/v1/services/{TEAM}/llm")).status_code == 404
+    audit = (await api.get("/v1/audit", params={"team": TEAM})).json()
+    actions = {(a["action"], a["result"]) for a in audit}
+    assert {("service.create", "ok"), ("service.delete", "ok"), ("service.create", "denied")} <= {
+        (a, r) for a, r in actions
+    }
+    await other.aclose()
