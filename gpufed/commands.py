@@ -279,13 +279,16 @@ def _usage(args: argparse.Namespace) -> int:
         return 0
     header = (args.by.upper(), "GPU-H ON-PREM", "GPU-H CLOUD", "RUNS", "CLOUD COST $")
     rows = [header]
+    # A table is read by people (three decimals: 3.6 s); CSV by programs that add it up, so it
+    # keeps the precision a short run needs (a two-second job is 0.000556 GPU-hours, not 0.001).
+    hours = "{:.6f}" if args.csv else "{:.3f}"
     for key, u in data["rows"].items():
         cost = "-" if args.by == "user" else f"{u['cloud_cost']:.2f}"
         rows.append(
             (
                 key,
-                f"{u['gpu_hours_onprem']:.3f}",
-                f"{u['gpu_hours_cloud']:.3f}",
+                hours.format(u["gpu_hours_onprem"]),
+                hours.format(u["gpu_hours_cloud"]),
                 str(int(u["attempts"])),
                 cost,
             )
@@ -293,8 +296,8 @@ def _usage(args: argparse.Namespace) -> int:
     t = data["totals"]
     total = (
         "TOTAL",
-        f"{t['gpu_hours_onprem']:.3f}",
-        f"{t['gpu_hours_cloud']:.3f}",
+        hours.format(t["gpu_hours_onprem"]),
+        hours.format(t["gpu_hours_cloud"]),
         str(int(t["attempts"])),
         f"{t['cloud_cost']:.2f}",
     )
