@@ -7,12 +7,15 @@ foreground as children of the test process, on free ports, and are stopped by th
 process handles. Every Slurm command finds this cluster through SLURM_CONF in its environment;
 the machine's /etc/slurm is never read.
 
-Debian's slurm-wlm has no option to bind slurmctld or slurmd to one address: they listen on
-their (free, random) ports on every interface; NodeAddr and SlurmctldHost point at 127.0.0.1.
+Every daemon listens on 127.0.0.1 only: SlurmctldHost and NodeAddr name 127.0.0.1, and
+`CommunicationParameters=NoCtldInAddrAny,NoInAddrAny` makes slurmctld bind to its ControlAddr and
+slurmd (and srun's own listening sockets) to the node's address instead of every interface;
+munged listens on a socket file in the cluster's directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -20,6 +23,8 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from bus.natsserver import free_port
 from spoke.slurm import SlurmCli, base_environment
@@ -138,6 +143,26 @@ class SlurmCluster:
                 proc.kill()
                 proc.wait(timeout=5)
 
+    def listeners(self) -> dict[str, set[str]]:
+        """Program -> the addresses (ip:port) its TCP sockets listen on, for this cluster's
+        daemons and the `srun`s of its jobs (found by their SLURM_CONF: other clusters on this
+        machine are not ours to judge)."""
+        pids = {proc.pid for proc in self._procs.values() if proc.poll() is None}
+        for process in psutil.process_iter(["name"]):
+            if process.info["name"] == "srun":
+                with contextlib.suppress(psutil.Error):
+                    if process.environ().get("SLURM_CONF") == str(self.conf):
+                        pids.add(process.pid)
+        found: dict[str, set[str]] = {}
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+                for conn in process.net_connections(kind="inet"):
+                    if conn.status == psutil.CONN_LISTEN:
+                        address = f"{conn.laddr.ip}:{conn.laddr.port}"
+                        found.setdefault(process.name(), set()).add(address)
+        return found
+
     def logs(self) -> str:
         """The tail of every daemon's log (for a failure message)."""
         parts = []
@@ -180,6 +205,8 @@ class SlurmCluster:
             "ClusterName": "gpufedtest",
             "SlurmctldHost": f"{self.host}(127.0.0.1)",
             "SlurmctldPort": ctld_port,
+            # Bind to the addresses above, not to every interface (the default).
+            "CommunicationParameters": "NoCtldInAddrAny,NoInAddrAny",
             "SlurmdPort": default_port,
             "SlurmUser": "root",
             "SlurmdUser": "root",
