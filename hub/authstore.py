@@ -1,4 +1,4 @@
-"""Persistence of API tokens (hashed), the audit log and accrued burst spend.
+"""Persistence of API tokens (hashed) and the audit log.
 
 Same database and engine as `hub.store.Store` (the tables come from migration 5). Every method
 is one short transaction and blocks: the hub calls them through `HubService.db`.
@@ -6,7 +6,7 @@ is one short transaction and blocks: the hub calls them through `HubService.db`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from pydantic import BaseModel
 from sqlalchemy import Engine, Index, update
@@ -40,19 +40,6 @@ class AuditRow(SQLModel, table=True):
     detail: str
 
 
-class SpendRow(SQLModel, table=True):
-    __tablename__ = "burst_spend"
-    team: str = Field(primary_key=True)
-    month: str = Field(primary_key=True)
-    dollars: float
-
-
-class AccrualRow(SQLModel, table=True):
-    __tablename__ = "burst_accrual"
-    burst_id: str = Field(primary_key=True)
-    accrued_until: float
-
-
 class TokenRecord(BaseModel):
     """An API token as stored: never the secret, only its SHA-256."""
 
@@ -82,7 +69,7 @@ class AuditEntry(BaseModel):
 
 
 class AuthStore:
-    """Tokens, audit entries and burst spend in the hub's database."""
+    """Tokens and audit entries in the hub's database."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -158,33 +145,6 @@ class AuthStore:
                 query = query.where(AuditRow.action == action)
             query = query.order_by(col(AuditRow.seq).desc()).limit(limit)
             return [AuditEntry.model_validate(r.model_dump()) for r in session.exec(query)]
-
-    # --- burst spend ---
-
-    def spend(self, month: str) -> dict[str, float]:
-        """Dollars accrued per team in `month` (YYYY-MM)."""
-        with Session(self.engine) as session:
-            rows = session.exec(select(SpendRow).where(SpendRow.month == month)).all()
-            return {r.team: r.dollars for r in rows}
-
-    def accruals(self) -> dict[str, float]:
-        """Until when each burst instance's cost has been accrued."""
-        with Session(self.engine) as session:
-            return {r.burst_id: r.accrued_until for r in session.exec(select(AccrualRow))}
-
-    def accrue(self, month: str, dollars: Mapping[str, float], until: Mapping[str, float]) -> None:
-        """Add `dollars` per team to `month` and move instances' accrual marks, atomically."""
-        with Session(self.engine) as session:
-            for team, amount in dollars.items():
-                row = session.get(SpendRow, (team, month))
-                if row is None:
-                    session.add(SpendRow(team=team, month=month, dollars=amount))
-                else:
-                    row.dollars += amount
-                    session.add(row)
-            for burst_id, at in until.items():
-                session.merge(AccrualRow(burst_id=burst_id, accrued_until=at))
-            session.commit()
 
 
 def _token(row: ApiTokenRow) -> TokenRecord:

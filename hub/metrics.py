@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from hub.core.policy import Policy
 from hub.records import SpokeRecord, WorkloadRecord
-from hub.usage import InstanceBill, bill_cost
+from hub.usage import InstanceBill, team_cost
 from schemas import CapacityReport, Phase
 from schemas.burst import InstanceEvent, InstanceState
 
@@ -177,10 +177,7 @@ class StateCollector(Collector):
             states[instance.state.value] += 1
         for state in InstanceState:
             f["instances"].add_metric([state.value], states.get(state.value, 0))
-        spend: dict[str, float] = defaultdict(float)
-        for bill in view.bills.values():
-            spend[bill.team] += bill_cost(bill, now)
-        for team, dollars in sorted(spend.items()):
+        for team, dollars in sorted(team_cost(view.bills.values(), now).items()):
             f["spend"].add_metric([team], dollars)
         f["reconnects"].add_metric([], view.nats_reconnects())
         yield from f.values()

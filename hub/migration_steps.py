@@ -1,4 +1,4 @@
-"""Schema migrations 5 and later (attempts, instance bills, tokens, audit and spend).
+"""Schema migrations 5 and later (attempts, instance bills, tokens, audit, usage).
 
 Split from `hub.migrations`, which lists every step in `MIGRATIONS` and applies them; these
 steps are frozen once released, as the earlier ones are (docs/store.md).
@@ -244,3 +244,15 @@ def v7_tokens_audit_spend(conn: Connection) -> None:
         table.create(conn)
     Index("ix_audit_log_team", audit.c.team).create(conn)
     Index("ix_audit_log_at", audit.c.at).create(conn)
+
+
+def v10_usage_windows(conn: Connection) -> None:
+    """Drop burst_spend and burst_accrual: spend is read from the instance bills.
+
+    A second meter beside the bills counted the same dollars in its own way and drifted from
+    them; everything it held can be recomputed from `instance_bills`. (Numbered 10, not 8:
+    steps 8 and 9 were taken by other work at the time.)
+    """
+    metadata = MetaData()
+    for name in ("burst_spend", "burst_accrual"):
+        Table(name, metadata).drop(conn, checkfirst=True)

@@ -332,5 +332,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "attempts (backfilled from workload history)", steps.v5_attempts),
     Migration(6, "instance_bills", steps.v6_instance_bills),
     Migration(7, "api_tokens, audit_log, burst_spend, burst_accrual", steps.v7_tokens_audit_spend),
+    Migration(
+        10,
+        "drop burst_spend and burst_accrual (spend is read from the bills)",
+        steps.v10_usage_windows,
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -1,9 +1,10 @@
-"""The hub's spend meter: accrues burst spend into the store and audits launches and releases.
+"""The hub's spend meter: the budget sent to burst, and the audit of launches and releases.
 
-Every `every_s` it accrues each burst instance's price since its mark (`hub.core.spend`) into
-the store in one transaction, reloads this month's totals, and sets the budget the hub sends
-burst with its demand (`HubState.burst_budget`). Instance events reach it through the hub's
-instance listeners, and each launch and termination is appended to the audit log.
+What a team spent this month is read from the instance bills (`hub.usage.team_cost`), the
+same figure `/v1/usage` and the metrics show: there is no second meter to drift from them.
+Every `every_s` it sets the budget the hub sends burst with its demand
+(`HubState.burst_budget`). Instance events reach it through the hub's instance listeners, and
+each launch and termination is appended to the audit log.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import contextlib
 import structlog
 
 from hub.audit import Auditor
-from hub.authstore import AuthStore
-from hub.core.spend import accrue, burst_budget, month_of
+from hub.core.spend import burst_budget, month_start
 from hub.service import HubService
+from hub.usage import team_cost
 from schemas.burst import InstanceEvent, InstanceState
 
 log = structlog.get_logger(__name__)
@@ -31,43 +32,33 @@ _ACTIONS = {
 
 
 class SpendMeter:
-    """Accrues burst spend, keeps the month's totals, audits burst's launches and releases."""
+    """Sets burst's budget from the month's instance bills; audits launches and releases."""
 
-    def __init__(
-        self, hub: HubService, store: AuthStore, auditor: Auditor, every_s: float = 5.0
-    ) -> None:
+    def __init__(self, hub: HubService, auditor: Auditor, every_s: float = 5.0) -> None:
         self.hub = hub
-        self.store = store
         self.auditor = auditor
         self.every_s = every_s
-        self.month_spend: dict[str, float] = {}
         hub.state.instance_listeners.append(self.on_instance)
 
     def spend(self) -> dict[str, float]:
-        """Dollars accrued per team this month, as of the last step."""
-        return dict(self.month_spend)
+        """Dollars per team this calendar month (UTC): its instance bills since the 1st."""
+        now = self.hub.clock()
+        return team_cost(self.hub.bills.values(), now, since=month_start(now))
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Accrue until `stop` is set (a failed round is logged; the next one catches up)."""
+        """Refresh the budget until `stop` is set (a failed round is logged; the next one
+        tries again)."""
         while not stop.is_set():
             try:
-                await self.step()
+                self.step()
             except Exception:
-                log.exception("spend_accrual_failed")
+                log.exception("spend_budget_failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.every_s)
 
-    async def step(self) -> None:
-        """One accrual: store the spend since the marks, then refresh the budget sent to burst."""
-        hub = self.hub
-        now = hub.clock()
-        month = month_of(now)
-        marks = await hub.db(self.store.accruals)
-        dollars, until = accrue(list(hub.instances.values()), marks, now)
-        if dollars or until:
-            await hub.db(self.store.accrue, month, dollars, until)
-        self.month_spend = await hub.db(self.store.spend, month)
-        hub.state.burst_budget = burst_budget(hub.policy, self.month_spend)
+    def step(self) -> None:
+        """Set the budget sent to burst from the policy and this month's spend."""
+        self.hub.state.burst_budget = burst_budget(self.hub.policy, self.spend())
 
     async def on_instance(self, previous: InstanceEvent | None, event: InstanceEvent) -> None:
         """Audit an instance entering a new state (a repeated event is not audited twice)."""

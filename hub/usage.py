@@ -112,6 +112,19 @@ def bill_cost(
     )
 
 
+def team_cost(
+    bills: Iterable[InstanceBill], now: float, since: float = 0.0, until: float | None = None
+) -> dict[str, float]:
+    """Dollars per team of its instance bills inside [since, until): the one figure the budget,
+    the usage report and the metrics all show for what a team's burst instances cost."""
+    cost: dict[str, float] = defaultdict(float)
+    for bill in bills:
+        dollars = bill_cost(bill, now, since, until)
+        if dollars > 0:
+            cost[bill.team] += dollars
+    return dict(cost)
+
+
 def bill_breakdown(
     bill: InstanceBill, attempts: Iterable[AttemptUse], now: float
 ) -> dict[str, float]:

@@ -9,7 +9,7 @@ from typing import Any
 from hub.core.policy import Policy, quota_for
 from hub.metrics import team_gpus
 from hub.records import SpokeRecord, WorkloadRecord
-from hub.usage import InstanceBill, bill_cost
+from hub.usage import InstanceBill, team_cost
 from schemas import Phase
 
 
@@ -37,9 +37,7 @@ def teams_view(
     for w in active:
         if w.phase == Phase.QUEUED:
             queued[w.spec.team] += 1
-    cost: dict[str, float] = defaultdict(float)
-    for bill in bills:
-        cost[bill.team] += bill_cost(bill, now)
+    cost = team_cost(bills, now)
     names = {t.name for t in policy.teams} | {t for t, _ in using} | set(queued) | set(cost)
     out = []
     for name in sorted(names):

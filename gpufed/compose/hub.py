@@ -68,7 +68,7 @@ def build_hub(
         policy = policy_from_dict({})
     service = HubService(settings, store, bus, policy, clock, policy_file_text=policy_text)
     security = ApiSecurity(service, AuthStore(store.engine))
-    meter = SpendMeter(service, security.store, security.auditor)
+    meter = SpendMeter(service, security.auditor)
     security.month_spend = meter.spend
     service.state.submit_listeners.append(security.auditor.nats_submit)
     return Hub(service, store, create_app(service, security), security, meter)

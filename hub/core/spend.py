@@ -1,47 +1,23 @@
-"""Burst spend: what each instance has cost since it was last accrued, and the budget left.
+"""Burst budgets: the policy's limits with what is left of each team's month.
 
-Pure. The hub accrues every instance's price over the time since its accrual mark (kept in
-the store, so spend survives restarts and a hub that was down catches up), and tells the burst
-controller the policy's limits with what is left of each team's month.
+Pure. What a team has spent is the sum of its instance bills (`hub.usage`: each instance from
+its request to its end, kept in the store, so spend survives restarts and a hub that was down
+still counts the time it missed); this module turns that into the budget sent to burst.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from hub.core.policy import Policy
-from schemas.burst import BurstBudget, InstanceEvent, InstanceState, TeamBurstBudget
+from schemas.burst import BurstBudget, TeamBurstBudget
 
 
-def month_of(at: float) -> str:
-    """The calendar month (UTC) of a unix time, as YYYY-MM."""
-    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m")
-
-
-def accrue(
-    instances: Iterable[InstanceEvent], accrued_until: Mapping[str, float], now: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Dollars per team since each instance's mark, and the new marks.
-
-    An instance is billed from its first event (or its mark) until now while it exists at the
-    provider, or until its final event once it is gone.
-    """
-    dollars: dict[str, float] = {}
-    marks: dict[str, float] = {}
-    for event in instances:
-        start = accrued_until.get(event.burst_id)
-        if start is None:
-            if not event.state.active and event.state is not InstanceState.TERMINATED:
-                continue  # failed before it existed: nothing was billed
-            start = event.at
-        end = now if event.state.active else event.at
-        if end <= start:
-            continue
-        cost = event.price_per_hour * (end - start) / 3600.0
-        dollars[event.team] = dollars.get(event.team, 0.0) + cost
-        marks[event.burst_id] = end
-    return dollars, marks
+def month_start(at: float) -> float:
+    """The unix time at which the calendar month (UTC) of `at` began."""
+    day = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
 def burst_budget(policy: Policy, month_spend: Mapping[str, float]) -> BurstBudget:

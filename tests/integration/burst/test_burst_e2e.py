@@ -11,6 +11,7 @@ import json
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,14 @@ import nats
 import nats.errors
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from burst.catalog import load_catalog
 from burst.providers.local import STATE_FILE, LocalProvider
 from bus.processes import stop_process
 from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
+from hub.core.spend import month_start
 from tests.integration.burst.hub_role import process_gone
 from tests.support.wait import wait_until_sync
 
@@ -161,6 +164,29 @@ def test_work_bursts_to_a_cloud_spoke_that_is_released_when_idle(burst: Burst) -
     creds = burst.state_dir / "creds" / f"{cloud['id']}.creds"
     assert stat.S_IMODE(creds.stat().st_mode) == 0o600
     burst.until(lambda: not can_connect(burst.fed.nats.url, creds), 10, "the credential revoked")
+
+    # What the instance cost is one figure everywhere: its bill, the team's usage row, the
+    # month's spend the budget is checked against, and the metric.
+    usage = client.usage(since=month_start(time.time()))
+    [bill] = usage["instances"]
+    assert (bill["burst_id"], bill["team"]) == (cloud["id"], "ml")
+    assert bill["ended_at"] is not None and bill["cost"] > 0
+    row = usage["rows"]["ml"]
+    assert row["cloud_cost"] == pytest.approx(bill["cost"], abs=1e-6)
+    assert row["burst_spend_month"] == pytest.approx(bill["cost"], abs=1e-6)
+    assert usage["totals"]["cloud_cost"] == pytest.approx(bill["cost"], abs=1e-6)
+    assert cloud_spend_metric(burst.fed.api_url) == pytest.approx({"ml": bill["cost"]}, abs=1e-6)
+
+
+def cloud_spend_metric(api_url: str) -> dict[str, float]:
+    """gpufed_cloud_spend_dollars_total per team, as Prometheus scrapes it."""
+    text = httpx.get(f"{api_url}/metrics", timeout=5).text
+    return {
+        sample.labels["team"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gpufed_cloud_spend_dollars_total"
+    }
 
 
 def can_connect(url: str, creds: Path) -> bool:

@@ -1,4 +1,5 @@
-"""Spend guard: accrual, the hub's budget from its policy, and burst applying it."""
+"""Spend guard: a team's spend from its bills, the hub's budget from its policy, and burst
+applying it."""
 
 from __future__ import annotations
 
@@ -7,44 +8,41 @@ import pytest
 from burst.catalog import load_catalog
 from burst.core import BurstPolicy, PlannerState, SkipReason, TeamBudget, plan_burst
 from burst.core.budget import with_hub_budget
-from hub.core.spend import accrue, burst_budget, month_of
+from hub.core.spend import burst_budget, month_start
 from hub.policyfile import policy_from_dict
-from schemas.burst import BurstBudget, InstanceEvent, InstanceState, Market, TeamBurstBudget
+from hub.usage import InstanceBill, team_cost
+from schemas.burst import BurstBudget, TeamBurstBudget
 from tests.unit.burst.core.builders import NOW, item, report
 
 pytestmark = pytest.mark.security
 
 
-def event(burst_id: str, state: InstanceState, at: float, team: str = "vision") -> InstanceEvent:
-    return InstanceEvent(
+def bill(burst_id: str, team: str, requested: float, ended: float | None) -> InstanceBill:
+    return InstanceBill(
         burst_id=burst_id,
+        team=team,
+        spoke_id=burst_id,
         provider="local",
         instance_type="p5.48xlarge",
-        region="us-east-1",
-        market=Market.SPOT,
         price_per_hour=36.0,
-        team=team,
-        state=state,
-        at=at,
+        requested_at=requested,
+        ended_at=ended,
     )
 
 
-def test_accrual_bills_live_instances_to_now_and_ended_ones_to_their_end() -> None:
-    live = event("b1", InstanceState.RUNNING, at=1000.0)
-    gone = event("b2", InstanceState.TERMINATED, at=1100.0, team="nlp")
-    dollars, marks = accrue([live, gone], {"b2": 1000.0}, now=1200.0)
-    assert dollars == pytest.approx({"vision": 36.0 * 200 / 3600, "nlp": 36.0 * 100 / 3600})
-    assert marks == {"b1": 1200.0, "b2": 1100.0}
-    # Accruing again from the new marks adds only the time since.
-    again, _ = accrue([live, gone], marks, now=1236.0)
-    assert again == pytest.approx({"vision": 36.0 * 36 / 3600})
-    # An instance that failed before it existed costs nothing.
-    assert accrue([event("b3", InstanceState.FAILED, at=5.0)], {}, now=100.0) == ({}, {})
+def test_team_cost_bills_live_instances_to_now_and_ended_ones_to_their_end() -> None:
+    bills = [bill("b1", "vision", 1000.0, None), bill("b2", "nlp", 1000.0, 1100.0)]
+    assert team_cost(bills, now=1200.0) == pytest.approx(
+        {"vision": 36.0 * 200 / 3600, "nlp": 36.0 * 100 / 3600}
+    )
+    # A window counts only the time inside it: the month's spend starts on the 1st.
+    assert team_cost(bills, now=1200.0, since=1150.0) == pytest.approx({"vision": 36.0 * 50 / 3600})
 
 
-def test_month_is_utc_calendar_month() -> None:
-    assert month_of(0.0) == "1970-01"
-    assert month_of(1_767_225_599.0) == "2025-12"  # 2025-12-31T23:59:59Z
+def test_month_starts_on_the_first_at_midnight_utc() -> None:
+    assert month_start(0.0) == 0.0
+    assert month_start(1_767_225_599.0) == 1_764_547_200.0  # 2025-12-31T23:59:59Z -> 12-01
+    assert month_start(1_764_547_200.0) == 1_764_547_200.0
 
 
 def test_budget_from_the_default_policy_lets_no_unlisted_team_burst() -> None:
