@@ -247,7 +247,8 @@ def v7_tokens_audit_spend(conn: Connection) -> None:
 
 
 def v10_usage_windows(conn: Connection) -> None:
-    """Drop burst_spend and burst_accrual: spend is read from the instance bills.
+    """Drop burst_spend and burst_accrual (spend is read from the instance bills); index the
+    end times of attempts and bills, which usage windows filter on.
 
     A second meter beside the bills counted the same dollars in its own way and drifted from
     them; everything it held can be recomputed from `instance_bills`. (Numbered 10, not 8:
@@ -256,3 +257,6 @@ def v10_usage_windows(conn: Connection) -> None:
     metadata = MetaData()
     for name in ("burst_spend", "burst_accrual"):
         Table(name, metadata).drop(conn, checkfirst=True)
+    for table in ("attempts", "instance_bills"):
+        ended = Table(table, metadata, Column("ended_at", Float)).c.ended_at
+        Index(f"ix_{table}_ended_at", ended).create(conn)

@@ -334,7 +334,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "api_tokens, audit_log, burst_spend, burst_accrual", steps.v7_tokens_audit_spend),
     Migration(
         10,
-        "drop burst_spend and burst_accrual (spend is read from the bills)",
+        "drop burst_spend and burst_accrual; index attempts and bills by end",
         steps.v10_usage_windows,
     ),
 )

@@ -51,6 +51,13 @@ class Store(Protocol):
         At most `limit`; an unknown team or a phase nobody is in gives an empty list.
         """
 
+    def used_between(
+        self, since: float, until: float, teams: Sequence[str] | None = None
+    ) -> list[WorkloadRecord]:
+        """Workloads (every attempt included) with an attempt placed before `until` that had
+        not ended before `since`, of `teams` when given; oldest submission first. A superset
+        of the work that ran inside the window: `hub.usage` counts the exact overlap."""
+
     def mark_published(self, decision_ids: Iterable[str]) -> None:
         """Mark these decisions published. Idempotent; unknown ids are ignored."""
 
@@ -72,8 +79,15 @@ class Store(Protocol):
     def save_bill(self, bill: InstanceBill) -> None:
         """Insert or update an instance's bill (idempotent: keyed by its burst id)."""
 
-    def bills(self) -> list[InstanceBill]:
-        """Every instance bill, oldest request first."""
+    def bills(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        teams: Sequence[str] | None = None,
+    ) -> list[InstanceBill]:
+        """Instance bills, oldest request first: all of them by default; with `since` and/or
+        `until`, only those whose life [requested, ended or open) reaches into the window;
+        with `teams`, only theirs (an empty list: none)."""
 
     def save_spoke(self, spoke: SpokeRecord) -> None:
         """Insert or update a spoke (idempotent: keyed by its id)."""

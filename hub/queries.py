@@ -119,16 +119,18 @@ class HubView:
     ) -> dict[str, Any]:
         """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`);
         of `teams` only when given."""
-        records = await self.state.db(self.store.find, teams=teams, limit=1_000_000)
-        bills = [b for b in self.bills.values() if teams is None or b.team in teams]
-        return usage_report(
-            records, self.spokes, bills, self.clock(), since=since, until=until, by=by
-        )
+        now = self.clock()
+        end = now if until is None else min(until, now)
+        records = await self.state.db(self.store.used_between, since, end, teams)
+        bills = await self.state.db(self.store.bills, since, end, teams)
+        return usage_report(records, self.spokes, bills, now, since=since, until=until, by=by)
 
     async def usage_series(self, since: float, step: float) -> dict[str, Any]:
         """GPUs in use and cost per team in buckets of `step` seconds since `since`."""
-        records = await self.state.db(self.store.find, limit=1_000_000)
-        return usage_series(records, self.bills.values(), self.clock(), since=since, step=step)
+        now = self.clock()
+        records = await self.state.db(self.store.used_between, since, now)
+        bills = await self.state.db(self.store.bills, since, now)
+        return usage_series(records, bills, now, since=since, step=step)
 
     def teams(self) -> list[dict[str, Any]]:
         """Per team: guaranteed, used and borrowed GPUs, queued work, cost (`hub.views`)."""

@@ -54,7 +54,7 @@ class AttemptRow(SQLModel, table=True):
     epoch: int = Field(primary_key=True)
     spoke_id: str = Field(index=True)
     placed_at: float
-    ended_at: float | None = None
+    ended_at: float | None = Field(default=None, index=True)  # usage windows (migration 10)
     end_reason: str | None = None
     data: str
 
@@ -95,7 +95,7 @@ class InstanceBillRow(SQLModel, table=True):
     burst_id: str = Field(primary_key=True)
     team: str
     requested_at: float = Field(index=True)
-    ended_at: float | None = None
+    ended_at: float | None = Field(default=None, index=True)  # usage windows (migration 10)
     data: str
 
 
@@ -236,6 +236,27 @@ class Store:
             query = query.order_by(col(WorkloadRow.submitted_at).desc()).limit(limit)
             return self._with_attempts(session, session.exec(query).all())
 
+    def used_between(
+        self, since: float, until: float, teams: Sequence[str] | None = None
+    ) -> list[WorkloadRecord]:
+        """Workloads with an attempt placed before `until` and not ended before `since` (open
+        ones included), of `teams` when given; every attempt of each, oldest submission first.
+
+        Filtered in SQL on the attempts' time columns (indexed), so a usage window reads the
+        work of that window, not the whole history.
+        """
+        with Session(self.engine) as session:
+            overlapping = (
+                select(AttemptRow.workload_id)
+                .where(col(AttemptRow.placed_at) < until)
+                .where(col(AttemptRow.ended_at).is_(None) | (col(AttemptRow.ended_at) >= since))
+            )
+            query = select(WorkloadRow).where(col(WorkloadRow.id).in_(overlapping))
+            if teams is not None:
+                query = query.where(col(WorkloadRow.team).in_(list(teams)))
+            query = query.order_by(col(WorkloadRow.submitted_at))
+            return self._with_attempts(session, session.exec(query).all())
+
     def _with_attempts(self, session: Session, rows: Sequence[WorkloadRow]) -> list[WorkloadRecord]:
         attempts: dict[str, list[Attempt]] = defaultdict(list)
         ids = [r.id for r in rows]
@@ -328,12 +349,24 @@ class Store:
             )
             session.commit()
 
-    def bills(self) -> list[InstanceBill]:
-        """Every instance bill, oldest request first."""
+    def bills(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        teams: Sequence[str] | None = None,
+    ) -> list[InstanceBill]:
+        """Instance bills, oldest request first: every one, or those requested before `until`
+        and not ended before `since` (filtered in SQL), of `teams` when given."""
         with Session(self.engine) as session:
-            rows = session.exec(
-                select(InstanceBillRow).order_by(col(InstanceBillRow.requested_at))
-            ).all()
+            query = select(InstanceBillRow)
+            if until is not None:
+                query = query.where(col(InstanceBillRow.requested_at) < until)
+            if since is not None:
+                ended = col(InstanceBillRow.ended_at)
+                query = query.where(ended.is_(None) | (ended >= since))
+            if teams is not None:
+                query = query.where(col(InstanceBillRow.team).in_(list(teams)))
+            rows = session.exec(query.order_by(col(InstanceBillRow.requested_at))).all()
             return [InstanceBill.model_validate_json(r.data) for r in rows]
 
     # --- spokes ---

@@ -45,6 +45,7 @@ from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
 from hub.records import DecisionRecord, HistoryEntry, SpokeRecord, WorkloadRecord
 from hub.store import Store
+from hub.usage import InstanceBill
 from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
 from schemas.burst import InstanceEvent, InstanceState, Market
 from schemas.capacity import NodeCapacity, RunningRef
@@ -655,6 +656,8 @@ def _assert_schema_matches_models(engine: Engine) -> None:
             "spokes",
             "api_tokens",
             "audit_log",
+            "attempts",
+            "instance_bills",
         ):
             continue
         columns = {c["name"]: c["nullable"] for c in inspector.get_columns(table.name)}
@@ -688,3 +691,43 @@ def test_tokens_and_audit_round_trip(store: Store) -> None:
     assert entries[0].seq > entries[1].seq > entries[2].seq > 0
     assert auth.audit(teams=["vision"]) == []
 
+
+def test_usage_queries_read_only_the_window(store: Store) -> None:
+    def ran(wid: str, team: str, placed: float, ended: float | None) -> WorkloadRecord:
+        end = EndReason.SUCCEEDED if ended is not None else None
+        phase = Phase.SUCCEEDED if ended is not None else Phase.RUNNING
+        attempt = Attempt(1, "s1", (), placed_at=placed, started_at=placed, ended_at=ended,
+                          end_reason=end)  # fmt: skip
+        return workload(wid, team=team, phase=phase, at=placed).model_copy(
+            update={"attempts": (attempt,)}
+        )
+
+    def bill(burst_id: str, team: str, requested: float, ended: float | None) -> InstanceBill:
+        return InstanceBill(
+            burst_id=burst_id, team=team, spoke_id=burst_id, provider="local",
+            instance_type="sim", price_per_hour=1.0, requested_at=requested, ended_at=ended,
+        )  # fmt: skip
+
+    store.save(
+        [
+            ran("before", "vision", 10.0, 20.0),  # ended before the window
+            ran("across", "vision", 50.0, 150.0),  # began before it, ended inside
+            ran("inside", "nlp", 120.0, 130.0),
+            ran("open", "nlp", 90.0, None),  # still running
+            ran("after", "vision", 300.0, 310.0),  # placed after it
+            workload("queued", at=110.0),  # never placed
+        ]
+    )
+    for b in (
+        bill("b-before", "vision", 0.0, 99.0),
+        bill("b-across", "vision", 90.0, 110.0),
+        bill("b-open", "nlp", 50.0, None),
+        bill("b-after", "nlp", 200.0, None),
+    ):
+        store.save_bill(b)
+
+    assert [w.id for w in store.used_between(100.0, 200.0)] == ["across", "open", "inside"]
+    assert [w.id for w in store.used_between(100.0, 200.0, teams=["nlp"])] == ["open", "inside"]
+    assert [b.burst_id for b in store.bills(100.0, 200.0)] == ["b-open", "b-across"]
+    assert [b.burst_id for b in store.bills(100.0, 200.0, teams=["vision"])] == ["b-across"]
+    assert len(store.bills()) == 4
