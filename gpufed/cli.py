@@ -135,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument(
         "--expose-url-host", default=None, help="host name in their URLs (default: --expose-host)"
     )
+    spoke.add_argument(
+        "--run-as",
+        default=None,
+        metavar="USER",
+        help="local runtime, spoke run as root: start workloads as this unprivileged user",
+    )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
     spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
@@ -268,6 +274,7 @@ def _spoke(args: argparse.Namespace) -> int:
             metrics_host=args.metrics_host,
             expose_host=args.expose_host,
             expose_url_host=args.expose_url_host,
+            run_as=args.run_as,
         )
         asyncio.run(serve_spoke(settings))
     except (SpokeError, ValidationError, ValueError) as exc:

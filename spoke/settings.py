@@ -47,6 +47,9 @@ class SpokeSettings(BaseModel):
     # host name their URLs carry (None: expose_host). 127.0.0.1: reachable on this host only.
     expose_host: str = "127.0.0.1"
     expose_url_host: str | None = None
+    # Local runtime: the unprivileged user workloads run as (the spoke must be root); None:
+    # the spoke's own user, which makes the local runtime no isolation boundary (README).
+    run_as: str | None = None
     kubeconfig: str | None = None
     kube_context: str | None = None
     # Slurm: the partition this spoke offers and submits to, and the account and QOS its jobs

@@ -100,10 +100,14 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
     """A function building the runtime around the agent's event sink."""
     if settings.runtime == "local":
         from spoke.runtime.local import LocalRuntime
+        from spoke.runtime.runas import RunAs
 
         log_dir = settings.workdir / "logs"
         host, url_host = settings.expose_host, settings.expose_url_host
-        return lambda sink: LocalRuntime(sink, log_dir, expose_host=host, url_host=url_host)
+        run_as = RunAs.resolve(settings.run_as) if settings.run_as else None
+        return lambda sink: LocalRuntime(
+            sink, log_dir, expose_host=host, url_host=url_host, run_as=run_as
+        )
     if settings.runtime == "kubernetes":
         from spoke.runtime.kubernetes import KubernetesRuntime
 

@@ -23,6 +23,7 @@ from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay, free_port
 from spoke.runtime.processes import alive, end_reason, find_wrappers
+from spoke.runtime.runas import RunAs
 
 log = structlog.get_logger(__name__)
 
@@ -70,8 +71,14 @@ class LocalRuntime:
         load_dir: Path | None = None,
         expose_host: str = "127.0.0.1",
         url_host: str | None = None,
+        work_dir: Path | None = None,
+        run_as: RunAs | None = None,
     ) -> None:
         self._sink = sink
+        # A workload without a working_dir starts in work_dir/<id>, never in the spoke's own
+        # working directory (under `gpufed up`, the one holding the data dir and its secrets).
+        self.work_dir = work_dir or log_dir.parent / "work"
+        self.run_as = run_as
         self.expose_host = expose_host
         # The host name in reported URLs: the expose host unless that is a wildcard address.
         self.url_host = url_host or expose_host
@@ -96,6 +103,7 @@ class LocalRuntime:
         log_path = self.log_path(launch.workload_id, launch.epoch)
         if launch.spec.kind.exposes_port:
             run.port = free_port()
+        cwd = launch.spec.working_dir or self._workspace(launch)
         # Recorded before the first process exists: a spoke killed between the spawn and the
         # pids' record still finds its processes on restart (by their exit files' paths).
         self._record_start(run)
@@ -105,6 +113,7 @@ class LocalRuntime:
                 for rank, assignment in enumerate(launch.assignments):
                     env = _environment(launch, rank)
                     env["GPUFED_LOAD_FILE"] = str(self.load_dir / f"{launch.workload_id}.load")
+                    spawn = self._as_user(env, launch, rank)
                     if run.port is not None and rank == 0:
                         env["GPUFED_HOST"], env["GPUFED_PORT"] = "127.0.0.1", str(run.port)
                     proc = await asyncio.create_subprocess_exec(
@@ -113,12 +122,13 @@ class LocalRuntime:
                         _WRAPPER,
                         str(self._exit_file(launch, rank)),
                         *launch.spec.command,
-                        cwd=launch.spec.working_dir or None,
+                        cwd=cwd,
                         env=env,
                         stdin=asyncio.subprocess.DEVNULL,
                         stdout=out,
                         stderr=asyncio.subprocess.STDOUT,
                         start_new_session=True,
+                        **spawn,
                     )
                     run.procs.append(proc)
                     log.info(
@@ -340,6 +350,24 @@ class LocalRuntime:
         for pid in live:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)  # each process leads its own session and group
+
+    def _workspace(self, launch: Launch) -> str:
+        path = self.work_dir / launch.workload_id
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.run_as is not None:
+            self.run_as.give(path)
+        return str(path)
+
+    def _as_user(self, env: dict[str, str], launch: Launch, rank: int) -> dict[str, Any]:
+        """With `run_as`: its identity in `env`, the files its wrapper and telemetry write
+        made its own, and the spawn options that start it as that user."""
+        if self.run_as is None:
+            return {}
+        env.update(self.run_as.environment())
+        for path in (self._exit_file(launch, rank), Path(env["GPUFED_LOAD_FILE"])):
+            path.touch()  # empty: read as "no exit code" / "no load reported" until written
+            self.run_as.give(path)
+        return self.run_as.spawn_options()
 
     def _exit_file(self, launch: Launch, rank: int) -> Path:
         return self.run_dir / f"{launch.workload_id}-e{launch.epoch}-r{rank}.exit"

@@ -1,13 +1,23 @@
-"""The local runtime against real processes: what a spoke killed at the worst moment finds."""
+"""The local runtime against real processes: what a spoke killed at the worst moment finds,
+where a workload starts and what it can see of the spoke."""
 
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from schemas import Assignment, EventPhase, WorkloadSpec
+from spoke.errors import PermanentSpokeError
 from spoke.ports import Launch, RuntimeEvent
 from spoke.runtime.local import LocalRuntime
+from spoke.runtime.runas import RunAs
 from tests.support.wait import wait_until
 
 
@@ -47,3 +57,90 @@ async def test_spoke_killed_between_spawn_and_recording_pids_still_adopts_the_pr
         (EventPhase.RUNNING, None),
         (EventPhase.FAILED, 3),  # its real exit code, read from the file its wrapper wrote
     ]
+
+
+def _launch(workload_id: str, script: str) -> Launch:
+    return Launch(
+        workload_id=workload_id,
+        epoch=1,
+        decision_id=f"{workload_id}-e1-place",
+        spec=WorkloadSpec(name="w", team="t", command=("sh", "-c", script)),
+        assignments=(Assignment(node="n0", devices=(0,)),),
+    )
+
+
+async def _run_to_end(runtime: LocalRuntime, launch: Launch, events: list[RuntimeEvent]) -> str:
+    """Run `launch` to its end; its log."""
+    try:
+        await runtime.start(launch)
+        await wait_until(lambda: len(events) == 2, timeout=10, what=f"the end of {launch}")
+    finally:
+        await runtime.close()
+    return runtime.log_path(launch.workload_id, launch.epoch).read_text()
+
+
+async def test_a_workload_starts_in_its_own_directory_without_the_spokes_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As under `gpufed up`: the spoke runs in the folder holding the data dir and its secrets,
+    # with credentials in its own environment.
+    (tmp_path / ".gpufed" / "secrets").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUFED_NATS_CREDS", str(tmp_path / ".gpufed/secrets/creds/spoke.creds"))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-workloads")
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    runtime = LocalRuntime(sink, tmp_path / ".gpufed/spokes/s1/logs")
+    log = await _run_to_end(runtime, _launch("w1", "pwd; env"), events)
+
+    lines = log.splitlines()
+    assert lines[0] == str(tmp_path / ".gpufed/spokes/s1/work/w1")
+    assert "secrets" not in log and "not-for-workloads" not in log
+    assert events[-1].phase is EventPhase.SUCCEEDED
+
+
+@pytest.fixture
+def spoke_dir() -> Iterator[Path]:
+    """A spoke folder others may enter, holding a 0600 credential of the spoke's. Not pytest's
+    tmp_path: under root its folders are 0700, closed to the workload's user."""
+    root = Path(tempfile.mkdtemp(prefix="gpufed-runas-"))
+    try:
+        root.chmod(0o755)
+        (root / "spoke.creds").write_text("SECRET")
+        (root / "spoke.creds").chmod(0o600)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="run_as needs the spoke to run as root")
+async def test_run_as_starts_workloads_as_that_user_who_cannot_read_the_spokes_files(
+    spoke_dir: Path,
+) -> None:
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    runtime = LocalRuntime(sink, spoke_dir / "logs", run_as=RunAs.resolve("nobody"))
+    script = (
+        f'id -u; echo "home=$HOME"; cat {spoke_dir / "spoke.creds"} || echo refused; '
+        'echo 40 > "$GPUFED_LOAD_FILE"; exit 4'
+    )
+    log = await _run_to_end(runtime, _launch("w2", script), events)
+
+    assert log.splitlines()[0] == str(pwd.getpwnam("nobody").pw_uid)
+    assert "home=/nonexistent" in log and "refused" in log and "SECRET" not in log
+    # Its real exit code and its load report: the files it must write are its own.
+    assert (events[-1].phase, events[-1].exit_code) == (EventPhase.FAILED, 4)
+    assert (spoke_dir / "load" / "w2.load").read_text().strip() == "40"
+
+
+def test_run_as_refuses_root_and_unknown_users() -> None:
+    with pytest.raises(PermanentSpokeError):
+        RunAs.resolve("root")
+    with pytest.raises(PermanentSpokeError):
+        RunAs.resolve("no-such-user-gpufed")
