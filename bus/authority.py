@@ -108,15 +108,27 @@ class NatsAuthority:
         """The auth part of nats-server's config: operator mode with the `full` resolver."""
         operator_file = self.directory / "operator.jwt"
         operator_file.write_text(self.operator_jwt() + "\n", encoding="utf-8")
+        return self.auth_config(json.dumps(str(operator_file)), str(resolver_dir))
+
+    def auth_config(self, operator: str | None = None, resolver_dir: str | None = None) -> str:
+        """Operator mode for a server config: `operator` is a quoted file path (default: the
+        JWT itself, inline); with `resolver_dir` the `full` resolver keeps account updates
+        (revocations) there, without it the accounts are the preloaded ones (MEMORY)."""
         preload = "\n".join(f"  {pub}: {token}" for pub, token in self.account_jwts().items())
+        if resolver_dir is None:
+            resolver = "resolver: MEMORY\n"
+        else:
+            resolver = (
+                "resolver: {\n"
+                "  type: full\n"
+                f"  dir: {json.dumps(resolver_dir)}\n"
+                "  allow_delete: false\n"
+                "}\n"
+            )
         return (
-            f"operator: {json.dumps(str(operator_file))}\n"
+            f"operator: {operator or self.operator_jwt()}\n"
             f"system_account: {self.system_account.public}\n"
-            "resolver: {\n"
-            "  type: full\n"
-            f"  dir: {json.dumps(str(resolver_dir))}\n"
-            "  allow_delete: false\n"
-            "}\n"
+            f"{resolver}"
             f"resolver_preload: {{\n{preload}\n}}\n"
         )
 

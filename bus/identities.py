@@ -74,3 +74,34 @@ def spoke_permissions(spoke_id: str) -> Permissions:
         sub_allow=(f"{inbox_prefix(spoke_id)}.>", subjects.logs(spoke_id)),
         responses=True,
     )
+
+
+def leaf_permissions(
+    spoke_ids: tuple[str, ...], region_domain: str, hub_domain: str = "hub"
+) -> Permissions:
+    """A region's leaf node, as the hub sees its connection: it carries its spokes' subjects
+    and the JetStream calls that mirror the hub's command stream into the region and source
+    the region's events into the hub (with their replies and flow control). It may not create,
+    change or delete streams at the hub, touch another region's spokes, or publish a command."""
+    spokes = tuple(f"{subjects.PREFIX}.spoke.{s}.>" for s in spoke_ids)
+    hub_js = f"$JS.{hub_domain}.API"
+    return Permissions(
+        pub_allow=(
+            *spokes,
+            f"{hub_js}.CONSUMER.CREATE.{_COMMANDS}.>",
+            f"{hub_js}.CONSUMER.INFO.{_COMMANDS}.>",
+            f"{hub_js}.CONSUMER.DELETE.{_COMMANDS}.>",
+            f"{hub_js}.STREAM.INFO.{_COMMANDS}",
+            "$JS.FC.>",
+            f"$JS.ACK.{_COMMANDS}.>",
+            "_INBOX.>",
+        ),
+        pub_deny=(subjects.commands("*"),),
+        sub_allow=(
+            f"$JS.{region_domain}.API.>",
+            "$JS.FC.>",
+            "_INBOX.>",
+            *(f"{inbox_prefix(s)}.>" for s in spoke_ids),
+            *spokes,
+        ),
+    )

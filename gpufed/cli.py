@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import nats.errors as nats_errors
@@ -164,10 +165,32 @@ def _parser() -> argparse.ArgumentParser:
         "region-streams",
         help="on a regional leaf node: mirror its spokes' commands, keep their events locally",
     )
-    region.add_argument("--nats-url", required=True, help="the region's leaf node")
+    _add_nats_flags(region)  # the region's leaf node, e.g. with admin.creds of nats-authority
     region.add_argument("--hub-domain", default="hub", help="the hub's JetStream domain")
     region.add_argument("--spoke", action="append", required=True, metavar="ID")
     region.set_defaults(func=_region_streams)
+
+    authority = sub.add_parser(
+        "nats-authority", help="NATS operator, accounts and credentials for deploy/ (Kubernetes)"
+    )
+    authority_sub = authority.add_subparsers(metavar="ACTION")
+    init = authority_sub.add_parser(
+        "init", help="write the operator and accounts, and per-component Secret manifests"
+    )
+    init.add_argument("--out", type=Path, required=True, help="folder (kept private: 0700)")
+    init.add_argument(
+        "--region", action="append", default=[], metavar="REGION=SPOKE[,SPOKE]",
+        help="a regional cluster's leaf node and its spokes (repeat per region)",
+    )  # fmt: skip
+    init.add_argument(
+        "--hub-spoke", action="append", default=[], metavar="ID",
+        help="a spoke connecting to the hub's NATS directly (e.g. a cloud spoke)",
+    )  # fmt: skip
+    init.add_argument("--hub-leaf-url", help="where leaf nodes reach the hub, tls://HOST:7422")
+    init.add_argument(
+        "--hub-url", default="tls://gpufed-nats:4222", help="the hub cluster's NATS client URL"
+    )
+    init.set_defaults(func=_nats_authority_init)
 
     schemas_cmd = sub.add_parser("schemas", help="wire schemas")
     schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
@@ -213,11 +236,38 @@ def _hub(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nats_authority_init(args: argparse.Namespace) -> int:
+    from gpufed.natsdeploy import Region, write_deploy_auth
+
+    try:
+        written = write_deploy_auth(
+            args.out,
+            now=int(time.time()),
+            regions=[Region.parse(r) for r in args.region],
+            hub_spokes=args.hub_spoke,
+            hub_leaf_url=args.hub_leaf_url,
+            hub_url=args.hub_url,
+        )
+    except (OSError, ValueError) as exc:
+        print(f"gpufed nats-authority init: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
 def _region_streams(args: argparse.Namespace) -> int:
     from bus.client import Bus, BusSettings
 
     async def run() -> None:
-        bus = Bus(BusSettings(url=args.nats_url, name="gpufed-region-streams"))
+        bus = Bus(
+            BusSettings(
+                url=_nats_url(args),
+                name="gpufed-region-streams",
+                user_credentials=str(args.nats_creds) if args.nats_creds else None,
+                tls_ca=str(args.nats_ca) if args.nats_ca else None,
+            )
+        )
         await bus.connect(first_attempt_timeout_s=10)
         try:
             await bus.ensure_regional_streams(args.hub_domain, tuple(args.spoke))
