@@ -150,6 +150,8 @@ def running_server(config: Path) -> Iterator[str]:
     """nats-server with `config` on a free loopback port until the block ends; its tls:// URL."""
     port, http_port = free_port(), free_port()
     command = [tool("nats-server"), "-c", str(config), "-a", "127.0.0.1", "-p", str(port)]
+    # Its log beside the config, to read when a test fails.
+    command += ["-l", str(config.with_name("nats-server.log"))]
     process = subprocess.Popen(
         [*command, "-m", str(http_port)],
         env={"PATH": os.environ.get("PATH", "")} | NATS_ENV,

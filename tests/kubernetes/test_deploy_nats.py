@@ -4,7 +4,8 @@ init` generates, and every credential it writes is confined to its component's s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -155,99 +156,76 @@ async def test_leaf_config_refuses_clients_without_tls(leaf_eu: str) -> None:
         )
 
 
-async def test_hub_config_confines_a_direct_spoke_to_its_own_subjects(hub_nats: str) -> None:
+@asynccontextmanager
+async def watcher_and_spoke(
+    url: str, watcher_creds: str, spoke_secret: str, spoke_id: str, **watcher: Any
+) -> AsyncIterator[tuple[Client, Client, list[str]]]:
+    """A client with `watcher_creds` and the spoke `spoke_id` with its generated credential;
+    the errors the server reported to the spoke."""
     errors: list[str] = []
 
     async def on_error(error: Exception) -> None:
         errors.append(str(error))
 
-    hub = await connect_tls(hub_nats, creds_of("hub/hub-nats.yaml"), inbox_prefix="_INBOX.hub")
+    watching = await connect_tls(url, watcher_creds, **watcher)
     spoke = await connect_tls(
-        hub_nats,
-        creds_of("hub/spoke-burst-1.yaml"),
-        inbox_prefix="_INBOX_burst-1",
-        error_cb=on_error,
+        url, creds_of(spoke_secret), inbox_prefix=f"_INBOX_{spoke_id}", error_cb=on_error
     )
     try:
-        seen = await hub.subscribe("gpufed.v1.spoke.>")
-        await hub.flush()
-        await spoke.publish("gpufed.v1.spoke.burst-1.capacity", b"mine")
-        await spoke.publish("gpufed.v1.spoke.eu-west-1.capacity", b"not mine")
-        await spoke.subscribe("gpufed.v1.spoke.burst-1.commands")
+        yield watching, spoke, errors
+    finally:
+        await spoke.close()
+        await watching.close()
+
+
+@pytest.mark.parametrize(
+    ("server", "spoke_id", "other"),
+    [("hub_nats", "burst-1", "eu-west-1"), ("leaf_eu", "eu-west-1", "eu-central-1")],
+)
+async def test_a_spoke_is_confined_to_its_own_subjects(
+    server: str, spoke_id: str, other: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(server)
+    if server == "hub_nats":  # a spoke connecting to the hub directly; the hub watches
+        watcher, secret, inbox = (
+            creds_of("hub/hub-nats.yaml"),
+            "hub/spoke-burst-1.yaml",
+            "_INBOX.hub",
+        )
+    else:  # a spoke of region eu on its leaf; the region's admin watches
+        watcher, secret, inbox = admin_creds("eu"), f"regions/eu/spoke-{spoke_id}.yaml", "_INBOX"
+    mine, theirs = f"gpufed.v1.spoke.{spoke_id}", f"gpufed.v1.spoke.{other}"
+    async with watcher_and_spoke(url, watcher, secret, spoke_id, inbox_prefix=inbox) as (
+        watching,
+        spoke,
+        errors,
+    ):
+        seen = await watching.subscribe("gpufed.v1.spoke.>")
+        await watching.flush()
+        await spoke.publish(f"{mine}.capacity", b"mine")
+        await spoke.publish(f"{theirs}.capacity", b"not mine")
+        await spoke.subscribe(f"{mine}.commands")
         await spoke.flush()
         first = await seen.next_msg(timeout=2)
         await wait_for_errors(errors, 2)
 
-        assert (first.subject, first.data) == ("gpufed.v1.spoke.burst-1.capacity", b"mine")
+        assert (first.subject, first.data) == (f"{mine}.capacity", b"mine")
         with pytest.raises(nats.errors.TimeoutError):
             await seen.next_msg(timeout=0.3)
         text = " ".join(errors).lower()
-        assert 'permissions violation for publish to "gpufed.v1.spoke.eu-west-1.capacity"' in text
-        assert (
-            'permissions violation for subscription to "gpufed.v1.spoke.burst-1.commands"' in text
-        )
-    finally:
-        await spoke.close()
-        await hub.close()
-
-
-async def test_leaf_config_confines_a_spoke_to_its_own_subjects(leaf_eu: str) -> None:
-    errors: list[str] = []
-
-    async def on_error(error: Exception) -> None:
-        errors.append(str(error))
-
-    admin = await connect_tls(leaf_eu, admin_creds("eu"))
-    spoke = await connect_tls(
-        leaf_eu,
-        creds_of("regions/eu/spoke-eu-west-1.yaml"),
-        inbox_prefix="_INBOX_eu-west-1",
-        error_cb=on_error,
-    )
-    try:
-        seen = await admin.subscribe("gpufed.v1.spoke.>")
-        await admin.flush()
-        await spoke.publish("gpufed.v1.spoke.eu-west-1.capacity", b"mine")
-        await spoke.publish("gpufed.v1.spoke.eu-central-1.capacity", b"not mine")
-        await spoke.subscribe("gpufed.v1.spoke.eu-west-1.commands")
-        await spoke.flush()
-        first = await seen.next_msg(timeout=2)
-        await wait_for_errors(errors, 2)
-
-        assert (first.subject, first.data) == ("gpufed.v1.spoke.eu-west-1.capacity", b"mine")
-        with pytest.raises(nats.errors.TimeoutError):
-            await seen.next_msg(timeout=0.3)
-        text = " ".join(errors).lower()
-        assert (
-            'permissions violation for publish to "gpufed.v1.spoke.eu-central-1.capacity"' in text
-        )
-        assert (
-            'permissions violation for subscription to "gpufed.v1.spoke.eu-west-1.commands"' in text
-        )
-    finally:
-        await spoke.close()
-        await admin.close()
+        assert f'permissions violation for publish to "{theirs}.capacity"' in text
+        assert f'permissions violation for subscription to "{mine}.commands"' in text
 
 
 async def test_leaf_config_lets_a_spoke_answer_log_requests_for_itself_only(
     leaf_eu: str,
 ) -> None:
-    errors: list[str] = []
-
-    async def on_error(error: Exception) -> None:
-        errors.append(str(error))
-
     async def answer(msg: Any) -> None:
         await msg.respond(b"the tail")
 
-    admin = await connect_tls(leaf_eu, admin_creds("eu"))
-    spoke = await connect_tls(
-        leaf_eu,
-        creds_of("regions/eu/spoke-eu-west-1.yaml"),
-        inbox_prefix="_INBOX_eu-west-1",
-        error_cb=on_error,
-    )
-    try:
+    async with watcher_and_spoke(
+        leaf_eu, admin_creds("eu"), "regions/eu/spoke-eu-west-1.yaml", "eu-west-1"
+    ) as (admin, spoke, errors):
         await spoke.subscribe("gpufed.v1.spoke.eu-west-1.logs", cb=answer)
         await spoke.subscribe("gpufed.v1.spoke.eu-central-1.logs", cb=answer)
         await spoke.flush()
@@ -258,25 +236,12 @@ async def test_leaf_config_lets_a_spoke_answer_log_requests_for_itself_only(
         assert any(
             'subscription to "gpufed.v1.spoke.eu-central-1.logs"' in e.lower() for e in errors
         )
-    finally:
-        await spoke.close()
-        await admin.close()
 
 
 async def test_leaf_config_lets_a_spoke_consume_only_its_own_commands(leaf_eu: str) -> None:
-    errors: list[str] = []
-
-    async def on_error(error: Exception) -> None:
-        errors.append(str(error))
-
-    admin = await connect_tls(leaf_eu, admin_creds("eu"))
-    spoke = await connect_tls(
-        leaf_eu,
-        creds_of("regions/eu/spoke-eu-west-1.yaml"),
-        inbox_prefix="_INBOX_eu-west-1",
-        error_cb=on_error,
-    )
-    try:
+    async with watcher_and_spoke(
+        leaf_eu, admin_creds("eu"), "regions/eu/spoke-eu-west-1.yaml", "eu-west-1"
+    ) as (admin, spoke, errors):
         admin_js = admin.jetstream(timeout=2)
         await admin_js.add_stream(name="GPUFED_COMMANDS", subjects=["gpufed.v1.spoke.*.commands"])
         await admin_js.publish("gpufed.v1.spoke.eu-west-1.commands", b"place wl-1")
@@ -300,6 +265,3 @@ async def test_leaf_config_lets_a_spoke_consume_only_its_own_commands(leaf_eu: s
 
         assert command.data == b"place wl-1"
         assert any("permissions violation" in e.lower() for e in errors)
-    finally:
-        await spoke.close()
-        await admin.close()
