@@ -106,13 +106,19 @@ class InProcessFederation:
         self,
         spoke_id: str,
         region: str,
-        inventory: list[NodeInventory],
+        static_nodes: list[NodeInventory] | None,
         *,
         heartbeat_s: float = 0.5,
-        runtime: RuntimeFactory | None = None,
+        runtime_factory: RuntimeFactory | None = None,
         nats_url: str | None = None,
+        ready_s: float = 10,
         **extra: Any,
     ) -> SpokeAgent:
+        """A spoke agent running in this process until `close`, once it is ready.
+
+        `static_nodes` is its inventory; None: the one its settings name (`extra`, e.g.
+        `inventory="kubernetes", runtime="kubernetes", kubeconfig=...`), as `gpufed spoke`.
+        """
         nats_url = nats_url or self.nats_url  # a regional leaf node, or the hub's server
         settings = SpokeSettings(
             id=spoke_id,
@@ -124,10 +130,11 @@ class InProcessFederation:
             stop_grace_s=2.0,
             **extra,
         )
-        agent = build_spoke(settings, StaticInventory(inventory), runtime)
+        inventory = StaticInventory(static_nodes) if static_nodes is not None else None
+        agent = build_spoke(settings, inventory, runtime_factory)
         self.spokes[spoke_id] = agent
         self._spawn(spoke_id, agent.run)
-        await asyncio.wait_for(agent.ready.wait(), 10)
+        await asyncio.wait_for(agent.ready.wait(), ready_s)
         return agent
 
     def creds_file(self, name: str, permissions: Permissions) -> Path | None:

@@ -3,13 +3,10 @@ kubernetes --runtime kubernetes --kubeconfig FILE` against the Kubernetes API em
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from bus.natsserver import EmbeddedNats
-from gpufed.compose.spoke import build_spoke
 from schemas import Phase
-from spoke.settings import SpokeSettings
 from tests.integration.fed import InProcessFederation
 from tests.kubernetes.conftest import Cluster
 from tests.kubernetes.test_kube_client import write_kubeconfig
@@ -25,21 +22,11 @@ async def test_placed_work_runs_as_a_job_and_its_end_reaches_the_hub(
     with EmbeddedNats(tmp_path / "nats") as nats:
         fed = InProcessFederation(nats.url, tmp_path)
         await fed.start_hub()
-        settings = SpokeSettings(
-            id="k8s-eu",
-            region="eu",
-            nats_url=nats.url,
-            inventory="kubernetes",
-            runtime="kubernetes",
-            kubeconfig=str(kubeconfig),
-            state_dir=tmp_path / "spokes",
-            heartbeat_s=0.5,
-        )
-        agent = build_spoke(settings)
-        stop = asyncio.Event()
-        task = asyncio.create_task(agent.run(stop))
         try:
-            await asyncio.wait_for(agent.ready.wait(), 10)
+            await fed.start_spoke(
+                "k8s-eu", "eu", None, inventory="kubernetes", runtime="kubernetes",
+                kubeconfig=str(kubeconfig),
+            )  # fmt: skip
             await fed.wait_spokes(1)
             spokes = (await fed.api.get("/v1/spokes")).json()  # type: ignore[union-attr]
             assert spokes[0]["gpus"]["H100"] == {"total": 16, "free": 8}  # gpu-b is cordoned
@@ -67,6 +54,4 @@ async def test_placed_work_runs_as_a_job_and_its_end_reaches_the_hub(
             record = await fed.wait_phase(wid, {Phase.SUCCEEDED, Phase.FAILED})
             assert record["phase"] == "succeeded" and record["spoke_id"] == "k8s-eu"
         finally:
-            stop.set()
-            await asyncio.wait_for(task, 15)
             await fed.close()

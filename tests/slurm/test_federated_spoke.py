@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from bus.natsserver import EmbeddedNats
-from gpufed.compose.spoke import build_spoke
 from schemas import Phase
-from spoke.settings import SpokeSettings
 from tests.integration.fed import InProcessFederation
 from tests.slurm.cluster import SlurmCluster
 
@@ -24,21 +21,11 @@ async def test_placed_work_runs_as_a_slurm_job_and_its_end_reaches_the_hub(
     with EmbeddedNats(tmp_path / "nats") as nats:
         fed = InProcessFederation(nats.url, tmp_path)
         await fed.start_hub()
-        settings = SpokeSettings(
-            id="hpc-eu",
-            region="eu",
-            nats_url=nats.url,
-            inventory="slurm",
-            runtime="slurm",
-            slurm_partition="gpu",
-            state_dir=tmp_path / "spokes",
-            heartbeat_s=0.5,
-        )
-        agent = build_spoke(settings)
-        stop = asyncio.Event()
-        task = asyncio.create_task(agent.run(stop))
         try:
-            await asyncio.wait_for(agent.ready.wait(), 20)
+            agent = await fed.start_spoke(
+                "hpc-eu", "eu", None, inventory="slurm", runtime="slurm", slurm_partition="gpu",
+                ready_s=20,
+            )  # fmt: skip
             await fed.wait_spokes(1)
             spokes = (await fed.api.get("/v1/spokes")).json()  # type: ignore[union-attr]
             assert spokes[0]["gpus"]["H100"]["total"] == 16  # n1 and n2, 8 each
@@ -50,9 +37,7 @@ async def test_placed_work_runs_as_a_slurm_job_and_its_end_reaches_the_hub(
             record = await fed.wait_phase(wid, {Phase.SUCCEEDED, Phase.FAILED}, timeout=60)
 
             assert record["phase"] == "succeeded" and record["spoke_id"] == "hpc-eu"
-            (log,) = (settings.workdir / "logs").glob(f"{wid}-e*.log")
+            (log,) = (agent.settings.workdir / "logs").glob(f"{wid}-e*.log")
             assert sorted(log.read_text().splitlines()) == ["rank 0 on n1", "rank 1 on n2"]
         finally:
-            stop.set()
-            await asyncio.wait_for(task, 15)
             await fed.close()
