@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -121,6 +122,10 @@ def server_files(shipped: str, auth_secret: str | None, root: Path) -> Path:
     auth.mkdir(parents=True, exist_ok=True)
     text = with_test_tls(shipped).replace("/etc/nats/auth", str(auth))
     text = text.replace("/data/jetstream", str(root / "js"))
+    # Every listener on loopback and a free port: the pod's 0.0.0.0 and fixed ports (monitor,
+    # cluster routes, leaf nodes) would open this machine and clash with other servers.
+    ports = iter(free_ports(text.count("0.0.0.0:")))
+    text = re.sub(r"0\.0\.0\.0:\d+", lambda _: f"127.0.0.1:{next(ports)}", text)
     for name, value in (secret_data(auth_secret) if auth_secret else {}).items():
         (auth / name).write_text(value.replace("/data/jwt", str(root / "jwt")))
     path = root / "nats.conf"
@@ -139,16 +144,29 @@ def nats_check(config: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """`count` distinct free loopback ports, none in `avoid` (all held open while choosing, so
+    the OS cannot hand out one twice)."""
+    held: list[socket.socket] = []
+    try:
+        while len(held) < count:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            if sock.getsockname()[1] in avoid:
+                sock.close()
+                continue
+            held.append(sock)
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 @contextmanager
 def running_server(config: Path) -> Iterator[str]:
     """nats-server with `config` on a free loopback port until the block ends; its tls:// URL."""
-    port, http_port = free_port(), free_port()
+    in_config = {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", config.read_text())}
+    port, http_port = free_ports(2, avoid=in_config)
     command = [tool("nats-server"), "-c", str(config), "-a", "127.0.0.1", "-p", str(port)]
     # Its log beside the config, to read when a test fails.
     command += ["-l", str(config.with_name("nats-server.log"))]
