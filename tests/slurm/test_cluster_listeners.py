@@ -7,6 +7,7 @@ from schemas import EventPhase
 from spoke.runtime.slurm import SlurmRuntime
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import EventLog, launch
+from tests.support.wait import wait_until
 
 
 async def test_daemons_and_job_steps_listen_on_loopback_only(
@@ -15,6 +16,8 @@ async def test_daemons_and_job_steps_listen_on_loopback_only(
     # A two-node gang: its srun listens for its tasks' I/O while the steps run.
     await runtime.start(launch("listen", ["sleep", "30"], nodes=("n1", "n2"), gpus=1))
     await events.wait_for("listen", EventPhase.RUNNING)
+    # RUNNING is the batch step; its srun starts (and listens) a moment later.
+    await wait_until(lambda: "srun" in slurm_cluster.listeners(), 20, "the gang's srun", every=0.2)
 
     listening = slurm_cluster.listeners()
 
