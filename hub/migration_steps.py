@@ -246,13 +246,12 @@ def v7_tokens_audit_spend(conn: Connection) -> None:
     Index("ix_audit_log_at", audit.c.at).create(conn)
 
 
-def v10_usage_windows(conn: Connection) -> None:
+def v8_usage_windows(conn: Connection) -> None:
     """Drop burst_spend and burst_accrual (spend is read from the instance bills); index the
     end times of attempts and bills, which usage windows filter on.
 
     A second meter beside the bills counted the same dollars in its own way and drifted from
-    them; everything it held can be recomputed from `instance_bills`. (Numbered 10, not 8:
-    steps 8 and 9 were taken by other work at the time.)
+    them; everything it held can be recomputed from `instance_bills`.
     """
     metadata = MetaData()
     for name in ("burst_spend", "burst_accrual"):

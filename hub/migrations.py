@@ -333,9 +333,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "instance_bills", steps.v6_instance_bills),
     Migration(7, "api_tokens, audit_log, burst_spend, burst_accrual", steps.v7_tokens_audit_spend),
     Migration(
-        10,
+        8,
         "drop burst_spend and burst_accrual; index attempts and bills by end",
-        steps.v10_usage_windows,
+        steps.v8_usage_windows,
     ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -54,7 +54,7 @@ class AttemptRow(SQLModel, table=True):
     epoch: int = Field(primary_key=True)
     spoke_id: str = Field(index=True)
     placed_at: float
-    ended_at: float | None = Field(default=None, index=True)  # usage windows (migration 10)
+    ended_at: float | None = Field(default=None, index=True)  # usage windows (migration 8)
     end_reason: str | None = None
     data: str
 
@@ -95,7 +95,7 @@ class InstanceBillRow(SQLModel, table=True):
     burst_id: str = Field(primary_key=True)
     team: str
     requested_at: float = Field(index=True)
-    ended_at: float | None = Field(default=None, index=True)  # usage windows (migration 10)
+    ended_at: float | None = Field(default=None, index=True)  # usage windows (migration 8)
     data: str
 
 
