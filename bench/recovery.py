@@ -7,7 +7,9 @@
 - spoke_death_to_rerun_s: a spoke running a workload is killed with SIGKILL; until the
   workload is RUNNING on another spoke (bounded below by --lost-after).
 - hub_failover_s: two hubs on one (embedded) PostgreSQL, the leader killed with SIGKILL; until
-  a workload submitted at that moment is RUNNING (the standby took over: hub.leadership).
+  a workload submitted at that moment is RUNNING (the standby took over: hub.leadership);
+  failover_lost / failover_doubled: of the 40 workloads submitted around the kill, how many
+  did not succeed / started more than once (by their own record in a file). Both must be 0.
 
 Prints one JSON object.
 """
@@ -21,9 +23,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from bus.client import Bus
+from gpufed.client import HubClient
 from gpufed.postgres import EmbeddedPostgres
 from gpufed.up import Federation, SimSpoke
 from schemas import SubmitReply, WorkloadEvent, subjects
@@ -103,8 +107,13 @@ async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
     }
 
 
-async def measure_failover(fed: Federation) -> float:
-    """kill -9 of the leading hub → a workload submitted then is RUNNING (standby took over)."""
+async def measure_failover(fed: Federation, runs_file: Path) -> dict[str, object]:
+    """kill -9 of the leading hub → a workload submitted then is RUNNING (standby took over).
+
+    40 short workloads are submitted over NATS around the kill, each appending its id to
+    `runs_file` when it starts: afterwards every accepted one must have succeeded (none lost)
+    and have run exactly once (none doubled).
+    """
     bus = Bus(fed.client_settings("bench-failover"))
     await bus.connect()
     started: dict[str, float] = {}
@@ -114,24 +123,60 @@ async def measure_failover(fed: Federation) -> float:
         if event.phase == "running":
             started.setdefault(event.workload_id, time.perf_counter())
 
+    def spec(name: str) -> dict[str, object]:
+        script = f'echo "$GPUFED_WORKLOAD_ID" >> {runs_file}; sleep 0.2'
+        return {"name": name, "team": "bench", "command": ["sh", "-c", script]}
+
     await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
     warm = await submit(bus, {"name": "warm", "team": "bench", "command": ["true"]})
     while warm not in started:  # noqa: ASYNC110 - the callback sets no event; polling is fine
         await asyncio.sleep(0.005)
-    await asyncio.sleep(2.0)  # the standby is polling the lock by now
+    await asyncio.sleep(2.0)  # the standby is waiting on the lock by now
+    accepted = [await submit(bus, spec(f"before-{i}")) for i in range(20)]
     print("killing the leading hub", file=sys.stderr, flush=True)
     fed.kill("hub")
     killed = time.perf_counter()
     probe = await submit(bus, {"name": "probe", "team": "bench", "command": ["true"]})
+    accepted += [await submit(bus, spec(f"after-{i}")) for i in range(20)]
     while probe not in started:
         if time.perf_counter() - killed > 120:
             raise RuntimeError("no workload ran within 120 s of the leader's death")
         await asyncio.sleep(0.005)
+    failover_s = started[probe] - killed
     await bus.close()
-    return started[probe] - killed
+    phases = await asyncio.to_thread(_final_phases, fed, accepted)
+    ran = await asyncio.to_thread(_runs, runs_file)
+    return {
+        "hub_failover_s": round(failover_s, 3),
+        "failover_workloads": len(accepted),
+        "failover_lost": sum(1 for w in accepted if phases.get(w) != "succeeded"),
+        "failover_doubled": sum(1 for w in accepted if ran[w] > 1),
+    }
 
 
-def failover(tmp: Path) -> float:
+def _runs(path: Path) -> Counter[str]:
+    """How often each workload started, by its own lines in `path`."""
+    return Counter(path.read_text().split()) if path.exists() else Counter()
+
+
+def _final_phases(fed: Federation, ids: list[str], within_s: float = 120) -> dict[str, str]:
+    """The phase of each of `ids` once all are terminal (or `within_s` passed), from the new
+    leader (the surviving replica) as a user would ask it."""
+    client = HubClient(f"http://127.0.0.1:{fed.hub_ports['hub-b']}", token=fed.admin_token)
+    deadline = time.monotonic() + within_s
+    phases: dict[str, str] = {}
+    try:
+        while time.monotonic() < deadline:
+            phases = {w: client.workload(w)["phase"] for w in ids}
+            if set(phases.values()) <= {"succeeded", "failed", "cancelled"}:
+                break
+            time.sleep(0.5)
+    finally:
+        client.close()
+    return phases
+
+
+def failover(tmp: Path) -> dict[str, object]:
     """Two hubs on an embedded PostgreSQL; see measure_failover."""
     postgres = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="gpufed-pg-"))).start()
     try:
@@ -140,7 +185,7 @@ def failover(tmp: Path) -> float:
         try:
             fed.start()
             fed.start_hub_replica("hub-b")
-            return asyncio.run(measure_failover(fed))
+            return asyncio.run(measure_failover(fed, tmp / "failover-runs.txt"))
         finally:
             fed.stop()
     finally:
@@ -169,7 +214,7 @@ def main() -> None:
             result = asyncio.run(measure(fed, args.lost_after))
         finally:
             fed.stop()
-        result["hub_failover_s"] = round(failover(Path(tmp)), 3)
+        result.update(failover(Path(tmp)))
     print(json.dumps(result))
 
 

@@ -200,6 +200,9 @@ class Handlers:
         state.reports[report.spoke_id] = report
         spoke = state.spokes.get(report.spoke_id)
         is_new = spoke is None
+        # A spoke that got no work until now (suspect, or last heard before this hub started
+        # or took over) gets it from the next cycle, not the next tick.
+        was_ready = self.leases.accepts_work(spoke, now)
         if spoke is None:
             spoke = SpokeRecord(
                 id=report.spoke_id,
@@ -230,7 +233,7 @@ class Handlers:
             )
             with contextlib.suppress(Exception):  # the next report gets the next ack
                 await msg.respond(ack.model_dump_json().encode())
-        if previous is None or _free_changed(previous, report):
+        if previous is None or not was_ready or _free_changed(previous, report):
             state.trigger()
 
     async def on_instance(self, msg: Msg) -> None:

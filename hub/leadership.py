@@ -2,8 +2,11 @@
 
 Exactly one replica holds the lock; it leads and the others stand by (they answer reads and
 refuse writes). The lock lives as long as the leader's database session: a leader that dies,
-however it dies, closes its connection and PostgreSQL releases the lock at once, so a standby
-that polls every `poll_s` takes over within about that. A leader that merely loses its
+however it dies, closes its connection and PostgreSQL releases the lock at once. A standby
+does not poll for it: its session waits *in* PostgreSQL (`pg_advisory_lock`, bounded by
+`lock_timeout` = `poll_s` so it can notice a stop), and PostgreSQL grants the lock to the
+waiting session the moment the holder's session ends, so a takeover starts within
+milliseconds of the leader's death, on a loaded machine too. A leader that merely loses its
 connection (a partition) loses the lock with it: it notices within `poll_s`, stops acting and
 exits, and the replica that takes over has a newer term.
 
@@ -26,7 +29,7 @@ import anyio.to_thread
 import structlog
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +37,10 @@ log = structlog.get_logger(__name__)
 LOCK_KEY = 0x677075666564
 TERM_KEY = "leader_term"
 HOLDER_KEY = "leader"
+#: Store key of the leading replica's API URL (what a standby names to its callers).
+LEADER_URL_KEY = "leader_url"
+#: SQLSTATE of a lock wait that ran past `lock_timeout`.
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 class Leadership:
@@ -74,8 +81,9 @@ class Leadership:
                 if not waited:
                     log.info("hub_standby", holder=self.holder)
                     waited = True
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.poll_s)
+                if self._conn is None:  # the store is unreachable: wait before trying again
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.poll_s)
             if stop.is_set():
                 return 0
         self.term = await bump_term()  # type: ignore[operator]
@@ -105,13 +113,21 @@ class Leadership:
     # --- in a worker thread ---
 
     def _try_lock(self) -> bool:
+        """Wait in PostgreSQL up to `poll_s` for the lock; True once this session holds it."""
         if self._conn is None:
             engine = create_engine(self.url, pool_size=1, max_overflow=0)
             self._conn = engine.connect()
             # Autocommit: the lock belongs to the session, never to a transaction.
             self._conn = self._conn.execution_options(isolation_level="AUTOCOMMIT")
-        got = self._conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": LOCK_KEY})
-        return bool(got.scalar())
+            wait_ms = max(1, int(self.poll_s * 1000))
+            self._conn.execute(text(f"SET lock_timeout = {wait_ms}"))
+        try:
+            self._conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": LOCK_KEY})
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                return False  # still held by the leader: wait again
+            raise
+        return True
 
     def _ping(self) -> None:
         if self._conn is None:

@@ -20,7 +20,7 @@ from hub.core.model import Plan, Workload
 from hub.ids import decision_id
 from hub.records import DecisionRecord
 from hub.state import HubState
-from schemas import CancelCommand, PlaceCommand, PreemptCommand, burst, subjects
+from schemas import CancelCommand, PlaceCommand, PreemptCommand, burst, parse_command, subjects
 from schemas.burst import DemandReport
 
 log = structlog.get_logger(__name__)
@@ -89,11 +89,24 @@ class Publisher:
             await asyncio.shield(self._marker)
 
     async def republish_unpublished(self) -> None:
-        """Send again what a crash left unpublished, under the same ids."""
-        decisions = await self.state.db(self.state.store.unpublished)
+        """Send again what a crash left unpublished, under the same ids.
+
+        A decision of an earlier term (a leader that died between saving and publishing it) is
+        sent under this hub's term: this leader loaded it and owns it now, and a spoke that has
+        already heard this term would drop the old one (and the workload would wait for
+        reconciliation to requeue it).
+        """
+        decisions = [self._in_term(d) for d in await self.state.db(self.state.store.unpublished)]
         if decisions:
-            log.info("republishing_decisions", count=len(decisions))
+            log.info("republishing_decisions", count=len(decisions), term=self.state.term)
             await self.publish(decisions)
+
+    def _in_term(self, record: DecisionRecord) -> DecisionRecord:
+        command = parse_command(record.payload)
+        if command.term >= self.state.term:
+            return record
+        command = command.model_copy(update={"term": self.state.term})
+        return record.model_copy(update={"payload": command.model_dump_json().encode()})
 
     async def publish_demand(
         self, result: Plan, pending: Mapping[str, Workload], now: float
