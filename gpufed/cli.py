@@ -35,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", type=Path, default=Path(".gpufed"))
     up.add_argument("--api-port", type=int, default=8080)
     up.add_argument(
+        "--hubs",
+        type=_positive,
+        default=1,
+        help="hub replicas (2: one leads, one stands by; on an embedded PostgreSQL)",
+    )
+    up.add_argument(
         "--tls",
         action="store_true",
         help="NATS over TLS with a generated local CA (<data-dir>/secrets/tls/ca.pem)",
@@ -53,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--data-dir", type=Path, default=Path(".gpufed/hub"))
     hub.add_argument("--api-host", default="127.0.0.1")
     hub.add_argument("--api-port", type=int, default=8080)
+    hub.add_argument(
+        "--advertise-url",
+        default="",
+        help="the API URL a standby names when this hub leads (default http://HOST:PORT)",
+    )
     hub.add_argument("--policy", type=Path, default=None, help="policy YAML file")
     hub.add_argument(
         "--admin-token",
@@ -201,10 +212,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from gpufed.up import run_up
+    from gpufed.up_command import run_up
 
     logs.configure(level="warning")  # the processes log to files; this terminal shows progress
-    return run_up(data_dir=args.data_dir, api_port=args.api_port, demo=args.demo, tls=args.tls)
+    return run_up(
+        data_dir=args.data_dir, api_port=args.api_port, demo=args.demo, tls=args.tls, hubs=args.hubs
+    )
 
 
 def _hub(args: argparse.Namespace) -> int:
@@ -221,6 +234,7 @@ def _hub(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         api_host=args.api_host,
         api_port=args.api_port,
+        advertise_url=args.advertise_url,
         policy_file=args.policy,
         suspect_after_s=args.suspect_after,
         lost_after_s=args.lost_after,
@@ -394,3 +408,14 @@ def _schemas_export(args: argparse.Namespace) -> int:
     for path in export(args.dir):
         print(path)
     return 0
+
+
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

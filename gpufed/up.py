@@ -1,6 +1,7 @@
-"""`gpufed up`: NATS, the hub and three simulated spokes on this machine, one command.
+"""`gpufed up`'s federation: NATS, the hub(s) and three simulated spokes on this machine.
 
 Every piece runs as its own process, as in production, and is stopped by its own handle.
+`gpufed.up_command` is the command around it.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -95,6 +94,8 @@ class Federation:
         self.policy = UP_POLICY if policy is None else policy
         self.admin_token = ""  # minted (or read back) by start()
         self.api_port = api_port or free_port()
+        # Each hub replica's API port, kept across its restarts: "hub" leads at first.
+        self.hub_ports: dict[str, int] = {"hub": self.api_port}
         # NATS always runs with auth: every process gets its own confined credential as a
         # file only its owner reads (never in argv); with `tls` clients also check a local CA.
         self.secrets_dir = self.data_dir / "secrets"
@@ -121,10 +122,14 @@ class Federation:
         """Where the admin token is kept (mode 0600); the CLI reads it from here."""
         return self.data_dir / "admin.token"
 
-    def start(self, timeout_s: float = 60.0) -> None:
+    def start(self, timeout_s: float = 60.0, hubs: int = 1) -> None:
+        """Start NATS, `hubs` hub replicas (more than one needs a shared `--store-url`), the
+        spokes and burst; return once a hub leads and every spoke has reported."""
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         self._start_nats()
         self.start_hub()
+        for n in range(2, hubs + 1):
+            self.start_hub_replica(f"hub-{n}")
         for spoke in self.fleet:
             self.start_spoke(spoke)
         if self.burst_args is not None:
@@ -153,9 +158,15 @@ class Federation:
         finally:
             store.close()
 
+    @property
+    def api_urls(self) -> list[str]:
+        """Every hub replica's API URL (the first hub's first)."""
+        return [f"http://127.0.0.1:{port}" for port in self.hub_ports.values()]
+
     def client(self, timeout_s: float = 10.0) -> HubClient:
-        """A REST client of this federation's hub, with the admin token."""
-        return HubClient(self.api_url, timeout_s=timeout_s, token=self.admin_token)
+        """A REST client of this federation's hubs (it follows the leader), with the admin
+        token."""
+        return HubClient(",".join(self.api_urls), timeout_s=timeout_s, token=self.admin_token)
 
     def start_burst(self) -> None:
         """The burst controller with the local provider: cloud spokes are local processes."""
@@ -178,27 +189,10 @@ class Federation:
     def burst_dir(self) -> Path:
         return self.data_dir / "burst"
 
-    def start_hub(self) -> None:
+    def start_hub(self, name: str = "hub") -> None:
+        """Start (or start again) the hub replica `name` on its own API port."""
         if not self.admin_token:  # the first start: store schema, policy seed, admin token
             self.admin_token = self.bootstrap()
-        self._spawn(
-            "hub",
-            [
-                "hub",
-                "--nats-url", self.nats.url,
-                *self.nats_args(identities.HUB, identities.hub_permissions()),
-                "--data-dir", str(self.data_dir / "hub"),
-                "--api-port", str(self.api_port),
-                *self.hub_args,
-            ],
-        )  # fmt: skip
-
-    def start_hub_replica(self, name: str) -> int:
-        """Another hub on the same store (PostgreSQL): a standby until the leader goes.
-
-        Returns its API port.
-        """
-        port = free_port()
         self._spawn(
             name,
             [
@@ -206,10 +200,19 @@ class Federation:
                 "--nats-url", self.nats.url,
                 *self.nats_args(identities.HUB, identities.hub_permissions()),
                 "--data-dir", str(self.data_dir / name),
-                "--api-port", str(port),
+                "--api-port", str(self.hub_ports[name]),
                 *self.hub_args,
             ],
         )  # fmt: skip
+
+    def start_hub_replica(self, name: str) -> int:
+        """Another hub on the same store (PostgreSQL): a standby until the leader goes.
+
+        Returns its API port (the same on every restart).
+        """
+        port = self.hub_ports.setdefault(name, free_port())
+        self.write_scrape_targets()
+        self.start_hub(name)
         return port
 
     def start_spoke(self, spoke: SimSpoke, nats_url: str | None = None) -> None:
@@ -274,7 +277,8 @@ class Federation:
 
     def write_scrape_targets(self) -> Path:
         """Prometheus file discovery of every /metrics here (see deploy/prometheus/)."""
-        groups = [{"targets": [f"127.0.0.1:{self.api_port}"], "labels": {"job": "gpufed-hub"}}]
+        hubs = [f"127.0.0.1:{port}" for port in self.hub_ports.values()]
+        groups: list[dict[str, object]] = [{"targets": hubs, "labels": {"job": "gpufed-hub"}}]
         for name, port in sorted(self.metrics_ports.items()):
             job = "gpufed-burst" if name == "burst" else "gpufed-spoke"
             groups.append({"targets": [f"127.0.0.1:{port}"], "labels": {"job": job}})
@@ -284,19 +288,23 @@ class Federation:
         return path
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until the API answers and every spoke has reported."""
-        client = self.client(timeout_s=2.0)
+        """Until a hub leads and every spoke has reported to it."""
+        clients = [HubClient(url, timeout_s=2.0, token=self.admin_token) for url in self.api_urls]
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
                 self._check_alive()
-                with contextlib.suppress(ApiError):
-                    ready = [s for s in client.spokes() if s["status"] == "ready"]
-                    if client.health()["ok"] and len(ready) >= len(self.fleet):
-                        return
+                for client in clients:
+                    with contextlib.suppress(ApiError):
+                        if not client.health()["ok"]:
+                            continue  # a standby
+                        ready = [s for s in client.spokes() if s["status"] == "ready"]
+                        if len(ready) >= len(self.fleet):
+                            return
                 time.sleep(0.2)
         finally:
-            client.close()
+            for client in clients:
+                client.close()
         raise RuntimeError(f"federation not ready after {timeout_s:.0f}s; see {self.log_dir}")
 
     @property
@@ -310,8 +318,8 @@ class Federation:
         if burst is not None:
             stop_process(burst, 20)
         self._release_cloud_spokes()
-        hub = self.procs.pop("hub", None)
-        ordered = [*self.procs.values(), *([hub] if hub else [])]  # the hub hears spokes stop
+        hubs = [p for name in self.hub_ports if (p := self.procs.pop(name, None)) is not None]
+        ordered = [*self.procs.values(), *hubs]  # the hubs hear the spokes stop
         stop_processes(ordered + [p for p in self._started if p not in ordered], 10)
         self.procs.clear()
         self.nats.stop()
@@ -390,8 +398,8 @@ class Federation:
     def _restart(self, name: str) -> None:
         if name == "nats":
             self._start_nats()
-        elif name == "hub":
-            self.start_hub()
+        elif name in self.hub_ports:
+            self.start_hub(name)
         elif name == "burst":
             self.start_burst()
         else:
@@ -407,63 +415,3 @@ class Federation:
                 raise RuntimeError(
                     f"{name} exited with {proc.returncode}; see {self.log_dir / (name + '.log')}"
                 )
-
-
-def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False) -> int:
-    """Run the embedded federation until Ctrl-C (or, with `demo`, until the demo ends)."""
-    if demo:
-        data_dir = data_dir / "demo"
-        shutil.rmtree(data_dir, ignore_errors=True)
-    if not _port_free(api_port):
-        api_port = free_port()
-    # The demo wants to show a burst and a release within a minute; a long-running federation
-    # waits longer before renting and before giving back.
-    timings = DEMO_BURST if demo else ("--burst-after", "30", "--idle-ttl", "120")
-    fed = Federation(data_dir, api_port, burst_args=timings, tls=tls)
-    print(f"gpufed: starting NATS, the hub and {len(fed.fleet)} spokes (logs in {fed.log_dir})")
-    result: tuple[int, int] | None = None
-    try:
-        fed.start()
-        _banner(fed)
-        if demo:
-            from gpufed.demo import run_demo
-
-            result = run_demo(fed.api_url, fed.admin_token)
-            return 0 if result[0] == result[1] else 1
-        print("Ctrl-C stops everything; a piece that dies is started again.")
-        while True:
-            for line in fed.supervise():
-                print(f"gpufed: {line}", flush=True)
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        print("\ngpufed: stopping")
-        return 0
-    except RuntimeError as exc:
-        print(f"gpufed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        fed.stop()
-        if result is not None:  # the demo's verdict is the last line, after everything stopped
-            print(f"{result[0]}/{result[1]} workloads succeeded", flush=True)
-
-
-def _banner(fed: Federation) -> None:
-    print(f"  NATS    {fed.nats.url}   (per-process credentials in {fed.secrets_dir})")
-    print(f"  API     {fed.api_url}   (export GPUFED_API={fed.api_url})")
-    print(f"  console {fed.api_url}/   metrics {fed.api_url}/metrics")
-    print(f"  token   {fed.token_file}   (admin; export GPUFED_TOKEN_FILE={fed.token_file})")
-    for s in fed.fleet:
-        print(f"  spoke   {s.id:6} region {s.region}: {s.nodes} node(s) x {s.gpus} {s.model}")
-    print("  burst   local provider: cloud spokes appear for demand no spoke can serve")
-    print(f"  scrape  {fed.data_dir / 'prometheus-targets.json'} (Prometheus file discovery)")
-    example = "gpufed submit --name hello --team me --gpus 2 -- sleep 5"
-    print(f"  try     GPUFED_API={fed.api_url} {example}")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

@@ -77,6 +77,7 @@ class HealthOut(BaseModel):
     ok: bool
     role: Literal["leader", "standby"]  # a standby answers reads and refuses writes (503)
     term: int  # the leadership term this hub leads (0: never led)
+    leader: str = ""  # the leading replica's API URL, as far as this one knows ("": unknown)
     workloads_active: int
     spokes: int
     counters: dict[str, int]

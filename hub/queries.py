@@ -37,6 +37,7 @@ class HubView:
     clock: Callable[[], float]
     ready: asyncio.Event
     standby: bool
+    leader_url: str  # the leading replica's API URL as last read from the store ("": unknown)
 
     # --- the in-memory view, as it was before the split (tests and the API read these) ---
 
@@ -158,6 +159,7 @@ class HubView:
             "ok": self.ready.is_set(),
             "role": "standby" if self.standby else "leader",
             "term": self.state.term,
+            "leader": self.leader_url,
             "workloads_active": len(self.workloads),
             "spokes": len(self.spokes),
             "counters": dict(self.counters),

@@ -38,7 +38,7 @@ from hub.handlers import Handlers
 from hub.handlers import validation_error as validation_error
 from hub.idle import IdleReaper
 from hub.ids import decision_id
-from hub.leadership import HOLDER_KEY, TERM_KEY, Leadership
+from hub.leadership import HOLDER_KEY, LEADER_URL_KEY, TERM_KEY, Leadership
 from hub.leases import Leases
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
@@ -101,6 +101,7 @@ class HubService(HubView):
         # A replica sharing a PostgreSQL store stands by until it holds the leadership; a hub on
         # SQLite is alone and takes writes from its first moment (as before standbys existed).
         self.standby = self.leadership.shared
+        self.leader_url = "" if self.standby else settings.resolved_advertise_url()
 
     # --- lifecycle ---
 
@@ -178,12 +179,17 @@ class HubService(HubView):
         term = int(stored or 0) + 1
         await self.db(self.store.put_setting, TERM_KEY, str(term), self.clock())
         await self.db(self.store.put_setting, HOLDER_KEY, self.leadership.holder, self.clock())
+        url = self.settings.resolved_advertise_url()
+        await self.db(self.store.put_setting, LEADER_URL_KEY, url, self.clock())
+        self.leader_url = url
         return term
 
     async def _serve_reads_while_standing_by(self, stop: asyncio.Event) -> None:
         # A standby answers reads from the store: refresh what the API shows from memory.
         while not stop.is_set():
             with contextlib.suppress(Exception):
+                url = await self.db(self.store.get_setting, LEADER_URL_KEY)
+                self.leader_url = url or ""
                 for spoke in await self.db(self.store.spokes):
                     self.state.spokes[spoke.id] = spoke
                     if spoke.report is not None:
@@ -192,10 +198,11 @@ class HubService(HubView):
 
     async def _refuse_on_standby(self) -> None:
         if self.standby:
+            url = await self.db(self.store.get_setting, LEADER_URL_KEY)
             holder = await self.db(self.store.get_setting, HOLDER_KEY)
+            leader = f"at {url} ({holder})" if url else f"({holder or 'not known yet'})"
             raise NotLeader(
-                f"this hub is a standby and takes no writes; send it to the leader "
-                f"({holder or 'not known yet'})"
+                f"this hub is a standby and takes no writes; send it to the leader {leader}"
             )
 
     async def _load(self) -> None:

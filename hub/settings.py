@@ -17,6 +17,11 @@ class HubSettings(BaseModel):
     data_dir: Path = Path(".gpufed/hub")
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    advertise_url: str = Field(
+        default="",
+        description="The API URL other replicas name when this hub leads "
+        "(default http://<api_host>:<api_port>).",
+    )
     policy_file: Path | None = None
     admin_token: str | None = Field(
         default=None, description="A static admin bearer token beside the stored API tokens."
@@ -36,11 +41,17 @@ class HubSettings(BaseModel):
         description="JetStream domains of regional leaf nodes whose event streams the hub sources.",
     )
     leader_poll_s: float = Field(
-        default=1.0, gt=0, description="How often a standby tries to take the leadership."
+        default=1.0,
+        gt=0,
+        description="How long a standby waits on the leader's lock at a time (it takes "
+        "over the moment the lock is free), and how often the leader checks it still holds it.",
     )
     missing_grace_s: float = Field(
         default=5.0, ge=0, description="How long a placement may be absent from a spoke's sync."
     )
+
+    def resolved_advertise_url(self) -> str:
+        return self.advertise_url or f"http://{self.api_host}:{self.api_port}"
 
     def resolved_store_url(self) -> str:
         return self.store_url or f"sqlite:///{self.data_dir / 'hub.db'}"

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from bus.client import Bus
+from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from tests.integration.faults.test_faults import (
     job,
@@ -34,14 +35,9 @@ def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:  
         SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
     )
     fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, hub_args=("--store-url", pg_url))
-    (fed.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-    fed.nats.start()
     try:
-        fed.start_hub()
-        standby_port = fed.start_hub_replica("hub-b")
-        for spoke in fleet:
-            fed.start_spoke(spoke)
-        yield fed, standby_port
+        fed.start(hubs=2)  # as `gpufed up --hubs 2`
+        yield fed, fed.hub_ports["hub-2"]
     finally:
         fed.stop()
 
@@ -64,7 +60,7 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
     auth = {"Authorization": f"Bearer {fed.admin_token}"}  # both replicas read one token table
     clients = {
         "hub": httpx.AsyncClient(base_url=fed.api_url, timeout=5, headers=auth),
-        "hub-b": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5, headers=auth),
+        "hub-2": httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_b}", timeout=5, headers=auth),
     }
     bus = Bus(fed.client_settings("drill"))
 
@@ -77,15 +73,23 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
         found = await roles()
         leader_name = next(name for name, role in found.items() if role == "leader")
         leader = clients[leader_name]
-        standby = clients["hub-b" if leader_name == "hub" else "hub"]
+        standby = clients["hub-2" if leader_name == "hub" else "hub"]
         await wait_http(leader, {"eu-1", "us-1"})
         log = tmp_path / "runs.log"
         refused = await standby.post("/v1/workloads", json=job(log, "w", 0.1))
         assert refused.status_code == 503
         assert refused.json()["code"] == "not_leader"
         assert "standby" in refused.json()["message"]
+        assert str(leader.base_url).rstrip("/") in refused.json()["message"]  # names the leader
+        # The CLI's client, given only the standby's URL, follows to the leader it names.
+        follower = HubClient(str(standby.base_url), timeout_s=5, token=fed.admin_token)
+        try:
+            followed = await asyncio.to_thread(follower.submit, job(log, "followed", 0.1))
+        finally:
+            follower.close()
+        assert follower.base_url == str(leader.base_url).rstrip("/")
         first = (await leader.post("/v1/workloads", json=job(log, "first", 0.1))).json()["id"]
-        await wait_terminal(leader, {first}, timeout=30)
+        await wait_terminal(leader, {first, followed["id"]}, timeout=30)
         listed = (await standby.get(f"/v1/workloads/{first}")).json()  # reads are served
         assert listed["phase"] == "succeeded"
 
@@ -114,6 +118,7 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
             await client.aclose()
     assert {r["phase"] for r in records.values()} == {"succeeded"}
     counts = Counter(w for w, _ in runs(log))
+    assert counts[followed["id"]] == 1
     assert all(counts[w] == 1 for w in [first, *accepted]), {
         w: counts[w] for w in accepted if counts[w] != 1
     }
