@@ -110,6 +110,8 @@ class Federation:
         self._started_at: dict[str, float] = {}  # piece -> time.monotonic() of its last start
         self._crashes: dict[str, int] = {}  # piece -> crashes in a row
         self._restart_at: dict[str, float] = {}  # piece -> when to start it again
+        # Spokes that reach NATS another way (a regional leaf, a cuttable link), on restarts too.
+        self.spoke_nats: dict[str, str] = {}
         # Prometheus /metrics of each spoke and of burst (the hub's is on its API port).
         self.metrics_ports: dict[str, int] = {}
 
@@ -233,7 +235,7 @@ class Federation:
                 "spoke",
                 "--id", spoke.id,
                 "--region", spoke.region,
-                "--nats-url", nats_url or self.nats.url,
+                "--nats-url", nats_url or self.spoke_nats.get(spoke.id) or self.nats.url,
                 *self.nats_args(f"spoke-{spoke.id}", identities.spoke_permissions(spoke.id)),
                 "--inventory", f"static:{inventory}",
                 "--runtime", "local",

@@ -19,6 +19,11 @@ class CuttableProxy:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    @property
+    def is_cut(self) -> bool:
+        """Whether it refuses connections now (before start(), or after cut())."""
+        return self._server is None
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
 
