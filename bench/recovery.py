@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
@@ -27,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from bus.client import Bus
-from gpufed.client import HubClient
+from gpufed.client import ApiError, HubClient
 from gpufed.postgres import EmbeddedPostgres
 from gpufed.up import Federation, SimSpoke
 from schemas import SubmitReply, WorkloadEvent, subjects
@@ -131,7 +132,7 @@ async def measure_failover(fed: Federation, runs_file: Path) -> dict[str, object
     warm = await submit(bus, {"name": "warm", "team": "bench", "command": ["true"]})
     while warm not in started:  # noqa: ASYNC110 - the callback sets no event; polling is fine
         await asyncio.sleep(0.005)
-    await asyncio.sleep(2.0)  # the standby is waiting on the lock by now
+    await asyncio.to_thread(_until_standing_by, fed)  # else the kill finds no standby yet
     accepted = [await submit(bus, spec(f"before-{i}")) for i in range(20)]
     print("killing the leading hub", file=sys.stderr, flush=True)
     fed.kill("hub")
@@ -152,6 +153,21 @@ async def measure_failover(fed: Federation, runs_file: Path) -> dict[str, object
         "failover_lost": sum(1 for w in accepted if phases.get(w) != "succeeded"),
         "failover_doubled": sum(1 for w in accepted if ran[w] > 1),
     }
+
+
+def _until_standing_by(fed: Federation, within_s: float = 120) -> None:
+    """Until the second replica answers as a standby (it is started, and waits on the lock)."""
+    client = HubClient(f"http://127.0.0.1:{fed.hub_ports['hub-b']}", timeout_s=2.0)
+    deadline = time.monotonic() + within_s
+    try:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ApiError):
+                if client.health().get("role") == "standby":
+                    return
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise RuntimeError(f"the standby hub did not start within {within_s:.0f}s")
 
 
 def _runs(path: Path) -> Counter[str]:
