@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = REPO.parent / "shared" / "traces"
+PHILLY_SAMPLE = REPO / "tests" / "data" / "philly-sample.csv"  # 400 real jobs (README there)
 
 FLEET = """
 spokes:
@@ -106,23 +106,76 @@ def test_bad_trace_row_is_reported_with_line_and_column(tmp_path: Path) -> None:
     assert not (tmp_path / "report.json").exists()
 
 
-def test_real_philly_trace_loads_every_job() -> None:
-    path = TRACES / "philly-pollux" / "philly.csv"
-    if not path.exists():
-        pytest.skip(f"Philly trace not found at {path} (../shared/traces beside the repo)")
+def test_real_philly_sample_loads_every_job() -> None:
     from gpufed.replay.traces import load_trace
 
-    jobs = load_trace(path, "philly")
-    assert len(jobs) == 82_247
-    assert sum(1 for j in jobs if j.team == "6214e9") == 41_226
+    jobs = load_trace(PHILLY_SAMPLE, "philly")
+    assert len(jobs) == 400
+    assert sum(1 for j in jobs if j.team == "11cb48") == 137
     assert all(a.submit <= b.submit for a, b in itertools.pairwise(jobs))
-    assert max(j.nodes for j in jobs) == 16  # 128-GPU jobs: 16 nodes x 8
+    assert jobs[0].submit == 0
+    assert max(j.nodes for j in jobs) == 16  # the 128-GPU job: 16 nodes x 8
+
+
+def test_real_philly_sample_replays_with_gangs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [
+        "--trace",
+        str(PHILLY_SAMPLE),
+        "--format",
+        "philly",
+        "--fleet",
+        str(REPO / "bench" / "replay" / "philly-fleet.yaml"),
+        "--policy",
+        str(REPO / "bench" / "replay" / "philly-policy.yaml"),
+        "--load-factor",
+        "20",
+        "--out",
+        str(out),
+        "--no-plots",
+        "--quiet",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufed.replay", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["jobs"]["total"] == 400 and report["jobs"]["finished"] == 400
+    assert report["p99_wait_wide_s"] is not None  # the 32-, 64- and 128-GPU gangs ran
+    for team in ("11cb48", "6214e9"):
+        fairness = report["teams"][team]["finish_time_fairness"]
+        assert fairness is not None and fairness <= 1.0
+
+
+def openb_files(directory: Path, pods: int = 300, seed: int = 3) -> tuple[Path, Path]:
+    """A pod list and a GPU node list in Alibaba's openb format (its own data has no licence)."""
+    rng = random.Random(seed)
+    nodes = ["sn,cpu_milli,memory_mib,gpu,model"]
+    for i in range(40):
+        nodes.append(f"node-{i},96000,786432,{rng.choice([2, 4, 8])},{rng.choice(['T4', 'G2'])}")
+    rows = [
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time"
+    ]
+    for i in range(pods):
+        gpus = rng.choice([0, 1, 1, 1, 1, 2, 4, 8])
+        milli = rng.choice([250, 500, 1000]) if gpus == 1 else 1000 * gpus
+        qos = rng.choice(["LS", "BE", "Burstable"])
+        rows.append(
+            f"pod-{i},4000,16384,{gpus},{milli},,{qos},Running,{i * 10},{i * 10 + 600},{i * 10 + 1}"
+        )
+    (directory / "openb_node_list_gpu_node.csv").write_text("\n".join(nodes) + "\n")
+    (directory / "openb_pod_list_default.csv").write_text("\n".join(rows) + "\n")
+    return directory / "openb_pod_list_default.csv", directory / "openb_node_list_gpu_node.csv"
 
 
 def test_alibaba_inflation_reports_the_allocated_share(tmp_path: Path) -> None:
-    pods = TRACES / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
-    if not pods.exists():
-        pytest.skip(f"Alibaba trace not found at {pods} (../shared/traces beside the repo)")
+    pods, node_list = openb_files(tmp_path)
+    capacity = sum(int(line.split(",")[3]) for line in node_list.read_text().splitlines()[1:])
     out = tmp_path / "out"
     args = ["--trace", str(pods), "--format", "alibaba", "--inflate", "--out", str(out)]
     done = subprocess.run(
@@ -134,5 +187,5 @@ def test_alibaba_inflation_reports_the_allocated_share(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
-    assert report["capacity_gpus"] == 6212
+    assert report["capacity_gpus"] == capacity
     assert 0.5 < report["allocated_share"] < 1.0
