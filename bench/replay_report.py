@@ -90,6 +90,8 @@ def main() -> int:
     load_s = time.perf_counter() - started
     fleet = load_fleet(args.fleet)
     policy = load_policy(args.policy.read_text(encoding="utf-8"))
+    if args.ordering is not None:
+        policy = replace(policy, ordering=replace(policy.ordering, mode=args.ordering))
     catalog = load_catalog()
     knobs: dict[str, Any] = {}
     if args.max_instances is not None:
@@ -326,6 +328,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--burst-after", type=float, default=None)
     p.add_argument("--idle-ttl", type=float, default=None)
     p.add_argument("--cooldown", type=float, default=None)
+    p.add_argument(
+        "--ordering", choices=("fifo", "las"), default=None, help="override the policy's ordering"
+    )
     return p.parse_args()
 
 

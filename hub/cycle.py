@@ -7,6 +7,7 @@ import structlog
 from hub import transitions
 from hub.core.fleet import build_snapshot
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
+from hub.core.ordering import served
 from hub.core.placement import plan as plan_placement
 from hub.ids import decision_id
 from hub.leases import Leases
@@ -89,7 +90,13 @@ class Cycle:
                 or cached[2] != len(w.rejected_by)  # the list only grows: its length suffices
             ):
                 view: Workload | RunningWorkload | None = (
-                    Workload(w.id, w.spec, w.submitted_at, avoid_spokes=frozenset(w.rejected_by))
+                    Workload(
+                        w.id,
+                        w.spec,
+                        w.submitted_at,
+                        avoid_spokes=frozenset(w.rejected_by),
+                        attained_gpu_s=served(w.attempts, w.spec.total_gpus),
+                    )
                     if w.phase == Phase.QUEUED
                     else transitions.as_running(w)
                 )
@@ -105,6 +112,7 @@ class Cycle:
                         w.submitted_at,
                         claims_freed=True,
                         avoid_spokes=view.avoid_spokes,
+                        attained_gpu_s=view.attained_gpu_s,
                     )
                 pending.append(view)
         if len(cache) > 2 * len(self.state.workloads) + 1024:  # forget the ended

@@ -44,7 +44,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -72,6 +73,7 @@ from hub.core.policy import (
     BurstBudget,
     ClassChange,
     Department,
+    Ordering,
     Policy,
     PriorityClass,
     Quota,
@@ -121,6 +123,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
     if doc.version != FORMAT_VERSION:
         raise PolicyError(f"version: this hub reads policy version {FORMAT_VERSION}")
     default = doc.default_team
+    thresholds = tuple(doc.ordering.thresholds_gpu_s)
     policy = Policy(
         classes=(
             tuple(
@@ -157,6 +160,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         reservation=Reservation(
             doc.reservation.min_gpus, doc.reservation.after_s, doc.reservation.max_gangs
         ),
+        ordering=Ordering(**(doc.ordering.model_dump() | {"thresholds_gpu_s": thresholds})),
         burst=BurstBudget(doc.burst.dollars_per_hour),
         sessions=session_rules(doc.sessions),
         idle=idle_rules(doc.idle),
@@ -169,6 +173,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
 
 def policy_to_dict(policy: Policy) -> dict[str, Any]:
     """The dict form of `policy`: JSON- and YAML-safe, and read back by `policy_from_dict`."""
+    thresholds = policy.ordering.thresholds_gpu_s
     return {
         "version": FORMAT_VERSION,
         "priority_classes": [
@@ -211,6 +216,7 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "after_s": policy.reservation.after_s,
             "max_gangs": policy.reservation.max_gangs,
         },
+        "ordering": asdict(policy.ordering) | {"thresholds_gpu_s": list(thresholds)},
         "burst": {"dollars_per_hour": policy.burst.dollars_per_hour},
         "sessions": sessions_dict(policy.sessions),
         "idle": idle_dict(policy.idle),
@@ -351,6 +357,14 @@ class _ReservationDoc(_Doc):
     max_gangs: int = Field(default=1, ge=0)
 
 
+class _OrderingDoc(_Doc):
+    mode: Literal["fifo", "las"] = "fifo"
+    thresholds_gpu_s: list[float] = Field(default_factory=lambda: [3600.0], max_length=16)
+    promote_knob: float = Field(default=8.0, ge=0)
+    exempt_gpus: int = Field(default=32, ge=0)
+    min_run_s: float = Field(default=0.0, ge=0)
+
+
 class _PolicyDoc(_Doc):
     version: int = FORMAT_VERSION
     priority_classes: list[_ClassDoc] | None = Field(default=None, max_length=64)
@@ -360,6 +374,7 @@ class _PolicyDoc(_Doc):
     aging: _AgingDoc = Field(default_factory=_AgingDoc)
     windows: list[_WindowDoc] = Field(default_factory=list)
     reservation: _ReservationDoc = Field(default_factory=_ReservationDoc)
+    ordering: _OrderingDoc = Field(default_factory=_OrderingDoc)
     burst: _BurstDoc = Field(default_factory=_BurstDoc)
     sessions: SessionsDoc = Field(default_factory=SessionsDoc)
     idle: IdleDoc = Field(default_factory=IdleDoc)

@@ -14,6 +14,7 @@ import structlog
 from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason, Verdict
 from hub.core.model import RunningWorkload
+from hub.core.ordering import served
 from hub.records import WorkloadRecord
 from schemas import Assignment, Phase
 
@@ -90,6 +91,7 @@ def as_running(w: WorkloadRecord) -> RunningWorkload | None:
         started_at=live.started_at or live.placed_at,
         preempting=live.preempting,
         preempted_for=live.preempted_for,
+        attained_gpu_s=served(w.attempts, w.spec.total_gpus),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,12 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--since", default="7d", help="--from-hub: workloads submitted since (7d)")
     p.add_argument("--fleet", type=Path, default=None, help="fleet YAML (or openb node list)")
     p.add_argument("--policy", type=Path, default=None, help="policy YAML (default: no quotas)")
+    p.add_argument(
+        "--ordering",
+        choices=("fifo", "las"),
+        default=None,
+        help="the policy's ordering of borrowed GPUs, overridden (docs/policy.md)",
+    )
     p.add_argument("--scheduler", choices=SCHEDULERS, default="gpufed")
     p.add_argument("--burst", choices=BURSTS, default="none")
     p.add_argument("--out", type=Path, required=True, help="directory for report.json and PNGs")
@@ -137,7 +144,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.trace}: no jobs to replay")
     setup = ReplaySetup(
         fleet=fleet,
-        policy=_policy(args.policy),
+        policy=_ordered(_policy(args.policy), args.ordering),
         catalog=_catalog(args.catalog),
         scheduler=args.scheduler,
         burst=args.burst,
@@ -261,8 +268,6 @@ def _inflate(args: argparse.Namespace) -> int:
 
 
 def _scaled(jobs: list[Any], factor: float) -> list[Any]:
-    from dataclasses import replace
-
     if factor <= 0:
         raise ValueError("--load-factor must be greater than 0")
     if factor == 1.0:
@@ -280,6 +285,13 @@ def _policy(path: Path | None) -> Any:
         return load_policy(path.read_text(encoding="utf-8"))
     except PolicyError as exc:
         raise ValueError(f"{path}: {exc}") from exc
+
+
+def _ordered(policy: Any, mode: str | None) -> Any:
+    """`policy` with its ordering mode replaced by `--ordering`, when given."""
+    if mode is None:
+        return policy
+    return replace(policy, ordering=replace(policy.ordering, mode=mode))
 
 
 def _instant(text: str) -> float:

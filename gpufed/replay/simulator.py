@@ -140,6 +140,7 @@ class Simulator:
         self.index = {job.id: i for i, job in enumerate(jobs)}
         self.workloads = _workloads(jobs)
         self.remaining = [job.duration for job in jobs]
+        self.attained = [0.0] * n  # GPU-seconds run in earlier stretches (ordering las)
         self.lifecycles = [Lifecycle()] * n
         self.started = [0.0] * n  # start of the current stretch
         self.pending: dict[str, Workload] = {}
@@ -251,7 +252,9 @@ class Simulator:
             self.remaining[i] -= self.now - self.started[i]
         else:
             self.remaining[i] = job.duration
-        self.pending[job.id] = self.workloads[i]
+        workload = self.workloads[i]
+        self.attained[i] += (self.now - self.started[i]) * workload.spec.total_gpus
+        self.pending[job.id] = replace(workload, attained_gpu_s=self.attained[i])
         self.changed()
 
     def _live(self, i: int, epoch: object) -> bool:
@@ -300,7 +303,12 @@ class Simulator:
             lc = lifecycle.place(self.lifecycles[i], placement.spoke_id, placement.assignments, now)
             lc = self.lifecycles[i] = lifecycle.start(lc, lc.epoch, now)
             self.running[workload.id] = RunningWorkload(
-                workload.id, workload.spec, placement.spoke_id, placement.assignments, now
+                workload.id,
+                workload.spec,
+                placement.spoke_id,
+                placement.assignments,
+                now,
+                attained_gpu_s=self.attained[i],
             )
             if self.outcome.first_start[i] is None:
                 self.outcome.first_start[i] = now

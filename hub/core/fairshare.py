@@ -8,7 +8,9 @@ orders the queue; preemption compares class values.
 Within one aged priority, the team with the smallest weighted dominant share goes next (its
 share above guarantee first, then of everything it uses; see `Ledger.share`), and within a
 team the oldest workload. Shares are re-read after every decision, so a team that just got
-GPUs steps back behind teams that have fewer.
+GPUs steps back behind teams that have fewer. Under ordering `las` a workload's level of
+attained service (`hub.core.ordering`) comes first within a band: fresh work before work
+that already ran long, which does not age until the starvation guard puts it back on level 0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 
 from hub.core.model import Workload
+from hub.core.ordering import pending_level
 from hub.core.policy import Policy, PriorityClass
 
 ShareOf = Callable[[str], tuple[float, float]]
@@ -51,24 +54,39 @@ def queue_order(
     aging = policy.aging
     ages = aging.step > 0 and aging.interval_s > 0
     cap = policy.aging_cap()
+    ordering = policy.ordering
+    las = ordering.mode == "las"
+    level_of: dict[str, int] = {}  # workload id -> level above 0 (ordering las)
     for workload, cls in entries:
         if workload.claims_freed:
             continue
         band = cls.value
+        level = pending_level(workload, ordering, now) if las else 0
         waited = now - workload.submitted_at
-        if ages and waited > 0 and band < cap:  # queue_priority(), inlined for deep queues
+        if level:
+            level_of[workload.id] = level  # it ran long: no aging until promoted back to 0
+        elif ages and waited > 0 and band < cap:  # queue_priority(), inlined for deep queues
             band = min(cap, band + aging.step * int(waited // aging.interval_s))
         bands.setdefault(band, {}).setdefault(workload.spec.team, []).append((workload, cls))
     for band in sorted(bands, reverse=True):
         queues = bands[band]
-        heap: list[tuple[tuple[float, float], float, str, str, int]] = []
+        levels: dict[str, list[int]] = {}  # team -> its queue's levels (ordering las)
+        heap: list[tuple[int, tuple[float, float], float, str, str, int]] = []
         for team, queue in queues.items():
-            queue.sort(key=lambda e: (e[0].submitted_at, e[0].id))
+            if las:
+                keyed = sorted(
+                    ((level_of.get(e[0].id, 0), e[0].submitted_at, e[0].id), e) for e in queue
+                )
+                queue[:] = [e for _, e in keyed]
+                levels[team] = [k[0] for k, _ in keyed]
+            else:
+                queue.sort(key=lambda e: (e[0].submitted_at, e[0].id))
             head = queue[0][0]
-            heap.append((share_of(team), head.submitted_at, head.id, team, 0))
+            level = levels[team][0] if las else 0
+            heap.append((level, share_of(team), head.submitted_at, head.id, team, 0))
         heapq.heapify(heap)
         while heap:
-            _, _, _, team, at = heapq.heappop(heap)
+            _, _, _, _, team, at = heapq.heappop(heap)
             queue = queues[team]
             size = len(queue)
             while True:  # the same team goes on while it stays first (no heap round trip)
@@ -77,7 +95,8 @@ def queue_order(
                 if at == size:
                     break
                 head = queue[at][0]
-                entry = (share_of(team), head.submitted_at, head.id, team, at)
+                level = levels[team][at] if las else 0
+                entry = (level, share_of(team), head.submitted_at, head.id, team, at)
                 if heap and heap[0] < entry:
                     heapq.heappush(heap, entry)
                     break

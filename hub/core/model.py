@@ -58,6 +58,8 @@ class Workload:
     claims_freed: bool = False
     # Spokes that rejected it (their runtime refused it): it is not sent back there.
     avoid_spokes: frozenset[str] = frozenset()
+    # GPU-seconds it has run so far (earlier attempts): least attained service (ordering).
+    attained_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,8 @@ class RunningWorkload:
     # The pending workload it was preempted for (Preemption.for_workload), when known: its
     # devices count toward that workload first.
     preempted_for: str | None = None
+    # GPU-seconds run in earlier attempts (this one's run since started_at comes on top).
+    attained_gpu_s: float = 0.0
 
 
 class Reason(StrEnum):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hub.core import explain
-from hub.core.capacity import Capacity
+from hub.core.capacity import EPS, Capacity
 from hub.core.fairshare import queue_order
 from hub.core.fit import (
     Fit,
@@ -41,6 +41,7 @@ from hub.core.model import (
     Unplaced,
     Workload,
 )
+from hub.core.ordering import las_victims, pending_level
 from hub.core.policy import Policy, PriorityClass, Team
 from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
@@ -87,7 +88,7 @@ class _Planner:
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
         # (team, signature, model) -> (class value, shape) that found no room by preemption
-        self.no_rescue: dict[tuple[str, object, str], list[tuple[int, _Shape]]] = {}
+        self.no_rescue: dict[tuple[str, object, str, int], list[tuple[int, _Shape]]] = {}
         self._victims: Victims | None = None
         self.undecided: set[str] = set()
         self.placements: list[Placement] = []
@@ -130,6 +131,8 @@ class _Planner:
             if key is None:
                 shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
                 key = keys[id(spec)] = (cls.value, spec.team, shape, sig_key(spec, False, ""))
+            if workload.attained_gpu_s:  # another level may take other victims (ordering)
+                key = (*key, pending_level(workload, self.policy.ordering, self.now))
             seen = failed.get(key)
             if seen is not None and seen[0] == self.gen:
                 same = seen[1]
@@ -241,12 +244,15 @@ class _Planner:
         victims = self._victims_index()
         best: Rescue | None = None
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
+        ordering = self.policy.ordering
+        level = pending_level(workload, ordering, self.now)
         for model in sig.by_model:
-            failed = self.no_rescue.setdefault((spec.team, sig.key, model), [])
+            failed = self.no_rescue.setdefault((spec.team, sig.key, model, level), [])
             earmarked = workload.id in victims.earmarked  # work stopping for it: look again
             if not earmarked and any(_dominates(f, cls.value, shape) for f in failed):
                 continue
             rank = model_rank(spec, model)
+            las = list(las_victims(victims, model, spec.team, level, cls.value, ordering, self.now))
             found = rescue(
                 workload,
                 cls,
@@ -257,6 +263,7 @@ class _Planner:
                 victims,
                 self.ledger,
                 self.now,
+                las,
             )
             if found is None:
                 failed.append((cls.value, shape))
@@ -267,6 +274,8 @@ class _Planner:
     def _apply(self, workload: Workload, cls: PriorityClass, found: Rescue) -> None:
         spec = workload.spec
         claim(found, self._victims_index())
+        room = self.ledger.room(spec.team, found.model, cls.value)
+        reclaims = spec.total_gpus <= room + EPS  # else other teams' work is taken for LAS
         self.ledger.add(spec.team, found.model, spec.total_gpus, cls.value)
         self.gen += 1
         for h in found.victims:
@@ -274,6 +283,11 @@ class _Planner:
                 text = (
                     f"preempted for higher-priority {cls.name} workload {workload.id} "
                     f"of team {spec.team}"
+                )
+            elif not reclaims:
+                text = (
+                    f"borrowed {found.model} GPUs passed to workload {workload.id} of team "
+                    f"{spec.team}, which has run less (least attained service)"
                 )
             else:
                 text = (

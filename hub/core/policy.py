@@ -194,6 +194,30 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Ordering:
+    """How borrowed GPUs are shared out (`hub.core.ordering`).
+
+    `fifo`: within a priority band, fair share, then submission order. `las` (Tiresias 2D-LAS):
+    a workload's attained service (GPU-seconds run so far) puts it in a level, one past every
+    threshold in `thresholds_gpu_s` it has passed; lower levels go first, and a workload may
+    take another team's borrowed GPUs from running work of a higher level (of its own priority
+    class or lower, never a gang of `exempt_gpus` GPUs or more) as long as that team keeps its
+    guarantee. A workload that waited `promote_knob` times as long as it ran goes back to level
+    0 (Tiresias' starvation guard). Work is taken only once it has run `min_run_s` since it
+    last started, so resumed work is not stopped again at once.
+    """
+
+    mode: str = "fifo"
+    thresholds_gpu_s: tuple[float, ...] = (3600.0,)
+    promote_knob: float = 8.0
+    exempt_gpus: int = 32
+    min_run_s: float = 0.0
+
+
+ORDERING_MODES = ("fifo", "las")
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """Global policy the placement core decides with.
 
@@ -210,6 +234,7 @@ class Policy:
     windows: tuple[Window, ...] = ()
     window: str | None = None
     reservation: Reservation = field(default_factory=Reservation)
+    ordering: Ordering = field(default_factory=Ordering)
     burst: BurstBudget = field(default_factory=BurstBudget)
     sessions: SessionRules = field(default_factory=SessionRules)
     idle: IdleRules = field(default_factory=IdleRules)
@@ -314,12 +339,29 @@ def check_policy(policy: Policy) -> list[str]:
         )
     if not 0 <= policy.aging.step <= MAX_PRIORITY:
         problems.append(f"aging.step: must be between 0 and {MAX_PRIORITY}")
+    problems += _ordering_problems(policy.ordering)
     for cls in policy.classes:
         if not -MAX_PRIORITY <= cls.value <= MAX_PRIORITY:
             problems.append(
                 f"priority_classes[{cls.name}].value: must be between -{MAX_PRIORITY} and "
                 f"{MAX_PRIORITY}"
             )
+    return problems
+
+
+def _ordering_problems(ordering: Ordering) -> list[str]:
+    problems = []
+    if ordering.mode not in ORDERING_MODES:
+        problems.append(f"ordering.mode: must be one of {', '.join(ORDERING_MODES)}")
+    steps = ordering.thresholds_gpu_s
+    if any(not 0 < t <= MAX_GPUS * 3.2e7 for t in steps) or list(steps) != sorted(set(steps)):
+        problems.append("ordering.thresholds_gpu_s: positive GPU-seconds in increasing order")
+    if not 0 <= ordering.promote_knob <= 1e6:
+        problems.append("ordering.promote_knob: must be between 0 (never) and 1000000")
+    if not 0 <= ordering.min_run_s <= 1e9:
+        problems.append("ordering.min_run_s: must be between 0 and 1e9 seconds")
+    if ordering.exempt_gpus < 0:
+        problems.append("ordering.exempt_gpus: must not be negative")
     return problems
 
 

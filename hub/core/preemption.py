@@ -1,11 +1,13 @@
 """Making room for a pending workload: wait for stopping work, or choose victims.
 
-Two rules choose victims, and a class that is never preempted (production) is never one:
+Three rules choose victims, and a class that is never preempted (production) is never one:
 
 - **reclaim**: a workload that fits entirely within its team's unfilled guarantee (counting
   only work of its priority or higher, see `quotas`) may evict other teams' *borrowed* work;
 - **priority**: a workload may evict lower-priority work of its own team (class values; aging
-  does not count). This also frees the team's quota when it is at its limit.
+  does not count). This also frees the team's quota when it is at its limit;
+- **least attained service** (ordering `las` only, `hub.core.ordering`): a workload may evict
+  other teams' borrowed work that has run longer (a higher level), never below their guarantee.
 
 Devices of work already being preempted count as about to be free: a pending workload first
 waits on those (the ones preempted for it first, see `RunningWorkload.preempted_for`) before
@@ -22,7 +24,7 @@ itself stays pending until the devices are free.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from heapq import merge
 from itertools import chain
@@ -63,10 +65,13 @@ def rescue(
     victims: Victims,
     ledger: Ledger,
     now: float,
+    las: Iterable[Holding] = (),
 ) -> Rescue | None:
     """A way to make room for `workload` on `model` GPUs, or None when there is none.
 
-    `capacity_fit` is where it would fit if quota allowed (then only quota needs room).
+    `capacity_fit` is where it would fit if quota allowed (then only quota needs room). `las`:
+    more candidates in victim order, other teams' borrowed work `hub.core.ordering` lets it
+    take (empty under ordering `fifo`).
     """
     spec = workload.spec
     team = spec.team
@@ -80,7 +85,8 @@ def rescue(
         and EPS < amount <= ledger.room(team, model, cls.value) + EPS
     )
     stopping = [h for h in victims.stopping(model) if victims.may_wait_on(h, workload.id)]
-    if not stopping and not reclaim and not ledger.has_below(team, model, cls.value):
+    las = () if capacity_fit is not None else las
+    if not stopping and not reclaim and not las and not ledger.has_below(team, model, cls.value):
         return None
     stopping.sort(key=lambda h: (h.workload.preempted_for != workload.id, h.id))
     own_stopping = [h for h in stopping if h.team == team]
@@ -99,6 +105,8 @@ def rescue(
         own = victims.own(team, model, cls.value)
         if reclaim:
             own = merge(own, victims.borrowed(model, team), key=victim_order)
+        if las:
+            own = _unique(merge(own, las, key=_value))  # reclaim may list them too
         found = _scan(spec, sig, model, rank, chain(stopping, own), now)
         if found is None:
             return None
@@ -119,6 +127,18 @@ def claim(found: Rescue, victims: Victims) -> None:
     for pool, i, count in found.hold:
         if count:
             pool.take_whole(i, count)
+
+
+def _value(h: Holding) -> int:
+    return h.value
+
+
+def _unique(candidates: Iterable[Holding]) -> Iterator[Holding]:
+    seen: set[str] = set()
+    for h in candidates:
+        if h.id not in seen:
+            seen.add(h.id)
+            yield h
 
 
 _Room = tuple[list[Holding], list[Holding], list[Hold], tuple[object, ...]]

@@ -228,6 +228,18 @@ class Victims:
             if h.team != team and h.id not in chosen:
                 yield h
 
+    def beyond_guarantee(self, model: str) -> Iterator[tuple[str, float]]:
+        """Teams outside departments running `model` GPUs beyond their own guarantee, and how
+        many (stopping work not counted; `hub.core.ordering` takes from these)."""
+        for t in self._teams.get(model, ()):
+            if self.ledger.department_of(t) is None:
+                yield t, self._over(t, model)
+
+    def team_work(self, team: str, model: str) -> Iterator[Holding]:
+        """The team's running work on `model` GPUs (not stopping), class by class."""
+        for _, name, _, _ in self._classes.get((team, model), ()):
+            yield from self._segment(team, model, name)
+
     def _all_borrowed(self, model: str) -> Iterator[Holding]:
         streams: list[Iterator[Holding]] = []
         departments: dict[str, list[str]] = {}

@@ -46,6 +46,20 @@ def test_round_trip_through_dict_yaml_and_json() -> None:
     json.dumps(policy_to_dict(policy))  # plain data only
 
 
+def test_ordering_loads_and_round_trips() -> None:
+    policy = load_policy("ordering: {mode: las, thresholds_gpu_s: [3250, 7200], min_run_s: 60}")
+    assert policy.ordering.mode == "las"
+    assert policy.ordering.thresholds_gpu_s == (3250.0, 7200.0)
+    assert policy.ordering.min_run_s == 60.0
+    assert policy.ordering.exempt_gpus == 32  # default
+    assert load_policy(dump_policy(policy)) == policy
+    assert load_policy("").ordering.mode == "fifo"
+    with pytest.raises(PolicyError, match=r"ordering\.mode"):
+        load_policy("ordering: {mode: sjf}")
+    with pytest.raises(PolicyError, match=r"ordering\.thresholds_gpu_s: positive GPU-seconds"):
+        load_policy("ordering: {mode: las, thresholds_gpu_s: [7200, 3600]}")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

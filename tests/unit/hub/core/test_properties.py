@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hub.core.model import Node, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.placement import plan
-from hub.core.policy import Department, Policy, Quota, Team
+from hub.core.policy import Department, Ordering, Policy, Quota, Team
 from schemas import Assignment, RuntimeCapabilities, SpokeKind
 from tests.unit.hub.core.builders import check_invariants, occupy, spec
 
@@ -64,8 +64,12 @@ def fleets(draw: st.DrawFn) -> Snapshot:
 
 @st.composite
 def policies(draw: st.DrawFn) -> Policy:
+    ordering = Ordering()
+    if draw(st.booleans()):  # least attained service, with levels low enough to matter here
+        steps = draw(st.sampled_from(((60.0,), (10.0, 1000.0), (3600.0,))))
+        ordering = Ordering("las", steps, exempt_gpus=draw(st.sampled_from((0, 16))))
     if draw(st.integers(0, 4)) == 0:
-        return Policy()
+        return Policy(ordering=ordering)
     dept = draw(st.booleans())
     teams = []
     for name in TEAMS:
@@ -90,7 +94,7 @@ def policies(draw: st.DrawFn) -> Policy:
         own = sum(q.guaranteed for t in teams[:2] for m, q in t.quotas.items() if m == "H100")
         limit = draw(st.sampled_from((None, 8, 24)))
         departments = (Department("d", {"H100": Quota(own + 4, limit and max(limit, own + 4))}),)
-    return Policy(teams=tuple(teams), departments=departments)
+    return Policy(teams=tuple(teams), departments=departments, ordering=ordering)
 
 
 @st.composite
@@ -178,7 +182,12 @@ def worlds(draw: st.DrawFn) -> World:
             )
         )
     queue = tuple(
-        Workload(f"w{i}", spec(**draw(shapes())), draw(st.floats(0, NOW)))
+        Workload(
+            f"w{i}",
+            spec(**draw(shapes())),
+            draw(st.floats(0, NOW)),
+            attained_gpu_s=draw(st.sampled_from((0.0, 0.0, 30.0, 5000.0))),
+        )
         for i in range(draw(st.integers(0, 12)))
     )
     return World(occupy(base, active), tuple(active), queue, policy)
