@@ -124,8 +124,12 @@ class AuthStore:
 
     def append_audit(self, entry: AuditEntry) -> None:
         """Append one entry (never updated or deleted)."""
+        self.append_audits([entry])
+
+    def append_audits(self, entries: Iterable[AuditEntry]) -> None:
+        """Append entries in their order, in one transaction (all or none)."""
         with Session(self.engine) as session:
-            session.add(AuditRow(**entry.model_dump(exclude={"seq"})))
+            session.add_all(AuditRow(**e.model_dump(exclude={"seq"})) for e in entries)
             session.commit()
 
     def audit(

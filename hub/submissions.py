@@ -102,7 +102,7 @@ class Submissions:
                 done.set_result(None)
         self.state.counters["submitted"] += len(records)
         for record in records:
-            log.info(
+            log.debug(  # each submission's info line is its audit entry's
                 "workload_submitted",
                 workload=record.id,
                 team=record.spec.team,
