@@ -32,14 +32,16 @@ def build_snapshot(
     """
     taken: dict[_NodeKey, list[Assignment]] = defaultdict(list)
     given_back: dict[_NodeKey, list[Assignment]] = defaultdict(list)
+    # What each report lists as running, indexed once: a lookup per workload, not a scan.
+    listed = {(sid, r.workload_id, r.epoch) for sid, rep in reports.items() for r in rep.running}
     for workload, epoch, command_seq in active:
-        if not _reported_running(reports, workload, epoch) and not _applied(
+        if (workload.spoke_id, workload.id, epoch) not in listed and not _applied(
             reports, workload, command_seq
         ):
             for a in workload.assignments:
                 taken[(workload.spoke_id, a.node)].append(a)
     for workload, epoch in ended:
-        if _reported_running(reports, workload, epoch):
+        if (workload.spoke_id, workload.id, epoch) in listed:
             for a in workload.assignments:
                 given_back[(workload.spoke_id, a.node)].append(a)
     spokes = []
@@ -72,15 +74,6 @@ BURST_TEAM_LABEL = "burst-team"
 def _reserved_for(report: CapacityReport) -> tuple[str, ...]:
     team = report.labels.get(BURST_TEAM_LABEL)
     return (team,) if team else ()
-
-
-def _reported_running(
-    reports: Mapping[str, CapacityReport], workload: RunningWorkload, epoch: int
-) -> bool:
-    report = reports.get(workload.spoke_id)
-    return report is not None and any(
-        r.workload_id == workload.id and r.epoch == epoch for r in report.running
-    )
 
 
 def _applied(
