@@ -24,12 +24,15 @@ from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay, free_port
 from spoke.runtime.processes import alive, end_reason, find_wrappers
 from spoke.runtime.runas import RunAs
+from spoke.runtime.spawn import Child, spawn, spawn_as
 
 log = structlog.get_logger(__name__)
 
 
 #: Runs the command, then records its exit status in the file named by $0.
 _WRAPPER = '"$@"; code=$?; echo $code > "$0"; exit $code'
+#: The same, in the working directory named by $1 (checked to exist before the start).
+_WRAPPER_IN_DIR = 'cd -- "$1" || exit 126; shift; "$@"; code=$?; echo $code > "$0"; exit $code'
 #: What a workload inherits from the spoke's environment: nothing else, so the spoke's own
 #: secrets (NATS credentials, cloud keys, tokens) never reach a workload. A workload gets
 #: these, then its spec's `env`, then gpufed's own variables (CUDA_VISIBLE_DEVICES, GPUFED_*).
@@ -44,7 +47,7 @@ ADOPTED_POLL_S = 0.5
 @dataclass
 class _Run:
     launch: Launch
-    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    procs: list[Child | asyncio.subprocess.Process] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)  # adopted runs have pids, not procs
     stop_phase: EventPhase | None = None
     stop_reason: str = ""
@@ -88,6 +91,8 @@ class LocalRuntime:
         self.load_dir = load_dir or log_dir.parent / "load"
         self._runs: dict[str, _Run] = {}
         self._journal: TextIO | None = None  # runs.jsonl: one line per start and per end
+        self._devnull: int | None = None  # every workload's stdin
+        self._dirs_made = False
 
     async def start(self, launch: Launch) -> None:
         current = self._runs.get(launch.workload_id)
@@ -97,9 +102,12 @@ class LocalRuntime:
             await self.stop(launch.workload_id, 0.0, EventPhase.PREEMPTED)
         run = _Run(launch)
         self._runs[launch.workload_id] = run
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.load_dir.mkdir(parents=True, exist_ok=True)
+        if not self._dirs_made:  # once per spoke process, not three syscalls per start
+            for folder in (self.log_dir, self.run_dir, self.load_dir):
+                folder.mkdir(parents=True, exist_ok=True)
+            self._dirs_made = True
+        if self._devnull is None:
+            self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         log_path = self.log_path(launch.workload_id, launch.epoch)
         if launch.spec.kind.exposes_port:
             run.port = free_port()
@@ -110,34 +118,24 @@ class LocalRuntime:
         try:
             # Opening a local log file is a quick syscall; not worth a thread hop per start.
             with open(log_path, "ab") as out:  # noqa: ASYNC230
-                for rank, assignment in enumerate(launch.assignments):
+                for rank in range(len(launch.assignments)):
                     env = _environment(launch, rank)
                     env["GPUFED_LOAD_FILE"] = str(self.load_dir / f"{launch.workload_id}.load")
-                    spawn = self._as_user(env, launch, rank)
+                    options = self._as_user(env, launch, rank)
                     if run.port is not None and rank == 0:
                         env["GPUFED_HOST"], env["GPUFED_PORT"] = "127.0.0.1", str(run.port)
-                    proc = await asyncio.create_subprocess_exec(
-                        "/bin/sh",
-                        "-c",
-                        _WRAPPER,
-                        str(self._exit_file(launch, rank)),
-                        *launch.spec.command,
-                        cwd=cwd,
-                        env=env,
-                        stdin=asyncio.subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=asyncio.subprocess.STDOUT,
-                        start_new_session=True,
-                        **spawn,
-                    )
-                    run.procs.append(proc)
-                    log.info(
-                        "process_started",
-                        workload=launch.workload_id,
-                        pid=proc.pid,
-                        node=assignment.node,
-                        devices=env["CUDA_VISIBLE_DEVICES"],
-                    )
+                    exit_file = str(self._exit_file(launch, rank))
+                    command = launch.spec.command
+                    proc: Child | asyncio.subprocess.Process
+                    if options:  # another user's identity: Popen can setuid, posix_spawn not
+                        argv = ["/bin/sh", "-c", _WRAPPER, exit_file, *command]
+                        proc = await spawn_as(argv, env, out.fileno(), cwd, options)
+                    else:
+                        argv = ["/bin/sh", "-c", _WRAPPER_IN_DIR, exit_file, cwd, *command]
+                        if cwd is None:
+                            argv = ["/bin/sh", "-c", _WRAPPER, exit_file, *command]
+                        proc = spawn(argv, env, self._devnull, out.fileno(), cwd)
+                    run.procs.append(proc)  # its pid is in process_ended
         except OSError as exc:
             # The command cannot run (not found, not executable, bad working dir): the
             # workload fails like a shell's 127, it is not the spoke's fault.
@@ -235,6 +233,13 @@ class LocalRuntime:
         for watcher in watchers:
             watcher.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
+        for run in self._runs.values():
+            for proc in run.procs:
+                if isinstance(proc, Child):
+                    proc.detach()
+        if self._devnull is not None:
+            os.close(self._devnull)
+            self._devnull = None
         if self._journal is not None:
             self._journal.close()
             self._journal = None
@@ -283,8 +288,12 @@ class LocalRuntime:
             phase = EventPhase.FAILED
             reason = reason or end_reason(exit_code)
         log_path = self.log_path(launch.workload_id, launch.epoch)
-        log.info(
-            "process_ended", workload=launch.workload_id, phase=phase.value, exit_code=exit_code
+        log.info(  # the one line per workload
+            "process_ended",
+            workload=launch.workload_id,
+            pids=run.pids,
+            phase=phase.value,
+            exit_code=exit_code,
         )
         message = f"exit code {exit_code}; log {log_path}"
         if reason in ("command_not_found", "not_executable"):
@@ -377,27 +386,34 @@ class LocalRuntime:
         return self.run_dir / "runs.jsonl"
 
     def _append(self, record: dict[str, Any]) -> None:
+        self._write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def _write(self, line: str) -> None:
         # One open append handle and one write per start or end: files are slow to open here.
         if self._journal is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._journal = open(self.journal_path, "a", encoding="utf-8")  # noqa: SIM115
-        self._journal.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._journal.write(line)
         self._journal.flush()
 
     def _record_start(self, run: _Run) -> None:
         launch = run.launch
-        self._append(
+        # Spec and assignments serialised by pydantic straight to JSON text: this line is
+        # written for every start, and a dict round trip through json.dumps costs more.
+        head = json.dumps(
             {
                 "t": "start",
                 "workload_id": launch.workload_id,
                 "epoch": launch.epoch,
                 "decision_id": launch.decision_id,
-                "spec": launch.spec.model_dump(mode="json"),
-                "assignments": [a.model_dump(mode="json") for a in launch.assignments],
                 "pids": run.pids,
                 "port": run.port,
-            }
+            },
+            separators=(",", ":"),
         )
+        assignments = ",".join(a.model_dump_json() for a in launch.assignments)
+        spec = launch.spec.model_dump_json()
+        self._write(f'{head[:-1]},"spec":{spec},"assignments":[{assignments}]}}\n')
 
     def _record_end(self, run: _Run) -> None:
         launch = run.launch

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -18,7 +19,7 @@ def find_wrappers(exit_files: list[str]) -> list[int]:
             if not entry.name.isdigit():
                 continue
             try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                argv = _proc_read(int(entry.name), "cmdline").split(b"\0")
             except OSError:
                 continue
             if wanted.intersection(argv):
@@ -29,10 +30,9 @@ def find_wrappers(exit_files: list[str]) -> list[int]:
 def alive(pid: int, workload_id: str) -> bool:
     """Is `pid` a live (not zombie) process of this workload? Guards against pid reuse."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        if _state(pid) == "Z":
             return False
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        environ = _proc_read(pid, "environ")
         return f"GPUFED_WORKLOAD_ID={workload_id}".encode() in environ.split(b"\0")
     except FileNotFoundError:
         return False
@@ -42,6 +42,33 @@ def alive(pid: int, workload_id: str) -> bool:
         except ProcessLookupError:
             return False
         return True
+
+
+#: A kernel thread's flag in /proc/PID/stat: it never has a command line or environment.
+_PF_KTHREAD = 0x00200000
+
+
+def _proc_read(pid: int, name: str) -> bytes:
+    """/proc/PID/NAME (cmdline, environ), waiting out an exec in progress.
+
+    A process shows an empty command line and environment for a moment while it execs: a
+    spawn returns before the new program's arguments are in place, so a spoke killed right
+    after one (and restarted at once) could read them empty.
+    """
+    path = Path(f"/proc/{pid}/{name}")
+    for _ in range(50):
+        data = path.read_bytes()
+        if data:
+            return data
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if fields[0] == "Z" or int(fields[6]) & _PF_KTHREAD:
+            return data
+        time.sleep(0.01)
+    return data
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def end_reason(exit_code: int | None) -> str:

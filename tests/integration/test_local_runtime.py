@@ -144,3 +144,40 @@ def test_run_as_refuses_root_and_unknown_users() -> None:
         RunAs.resolve("root")
     with pytest.raises(PermanentSpokeError):
         RunAs.resolve("no-such-user-gpufed")
+
+
+async def test_a_workload_runs_in_its_working_dir_and_a_missing_one_fails_it(
+    tmp_path: Path,
+) -> None:
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    workdir = tmp_path / "work dir"  # a space: the wrapper must quote it
+    workdir.mkdir()
+    runtime = LocalRuntime(sink, tmp_path / "logs")
+
+    def launch(wid: str, directory: Path) -> Launch:
+        return Launch(
+            workload_id=wid,
+            epoch=1,
+            decision_id=f"{wid}-e1-place",
+            spec=WorkloadSpec(
+                name="w", team="t", command=("sh", "-c", "pwd; exit 4"), working_dir=str(directory)
+            ),
+            assignments=(Assignment(node="n0", devices=(0,)),),
+        )
+
+    try:
+        await runtime.start(launch("w1", workdir))
+        await runtime.start(launch("w2", tmp_path / "missing"))
+        await wait_until(lambda: len(events) == 3, timeout=10, what="w1's end and w2's failure")
+    finally:
+        await runtime.close()
+    by_workload = {(e.workload_id, e.phase): e for e in events}
+    assert by_workload[("w1", EventPhase.FAILED)].exit_code == 4
+    assert runtime.log_path("w1", 1).read_text().strip() == str(workdir)
+    missing = by_workload[("w2", EventPhase.FAILED)]
+    assert (missing.exit_code, missing.reason) == (127, "cannot_start")
+    assert "No such file or directory" in missing.message
