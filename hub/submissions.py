@@ -25,8 +25,14 @@ class Submissions:
         self._waiting: list[tuple[list[WorkloadRecord], asyncio.Future[None]]] = []
         self._committer: asyncio.Task[None] | None = None
 
-    def queued_counts(self) -> Counter[str]:
+    def queued_counts(self) -> QueuedCounts:
         """Queued workloads per team, those still being saved included (for `max_queued`)."""
+        return QueuedCounts(self)
+
+    def _in_flight(self) -> int:
+        return len(self.state.workloads) + sum(len(records) for records, _ in self._waiting)
+
+    def _count_queued(self) -> Counter[str]:
         counts: Counter[str] = Counter(
             w.spec.team for w in self.state.workloads.values() if w.phase == Phase.QUEUED
         )
@@ -34,10 +40,11 @@ class Submissions:
         return counts
 
     def new_record(
-        self, spec: WorkloadSpec, queued: Counter[str], user: str = ""
+        self, spec: WorkloadSpec, queued: QueuedCounts, user: str = ""
     ) -> WorkloadRecord:
+        """A new record for `spec`, counted in `queued`; raises what policy refuses."""
         cap = self.state.policy.max_queued(spec.team)
-        if cap is not None and queued[spec.team] >= cap:
+        if cap is not None and queued.reached(spec.team, cap):
             self.state.counters["submit_throttled"] += 1
             raise TooMany(
                 f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
@@ -109,3 +116,25 @@ class Submissions:
                 gpus=record.spec.total_gpus,
             )
         self.state.trigger()
+
+
+class QueuedCounts:
+    """Queued workloads per team for `max_queued`, counted only when it could matter.
+
+    Counting walks every workload in flight, so it is skipped while fewer workloads are in
+    flight than the cap (no team can have reached it), and a batch counts at most once. As
+    before, a batch is checked against what was queued before it: a batch of `MAX_BATCH`
+    is larger than the default cap.
+    """
+
+    def __init__(self, submissions: Submissions) -> None:
+        self._submissions = submissions
+        self._counts: Counter[str] | None = None
+
+    def reached(self, team: str, cap: int) -> bool:
+        """Whether `team` has `cap` workloads queued or being saved."""
+        if self._counts is None:
+            if self._submissions._in_flight() < cap:
+                return False
+            self._counts = self._submissions._count_queued()
+        return self._counts[team] >= cap
