@@ -174,9 +174,10 @@ class Cycle:
             )
             decisions.append(decision(preempt, preemption.spoke_id, now))
             changed.append(w)
-        for unplaced in result.unplaced:
+        for unplaced in result.unplaced:  # every pending workload: kept to plain compares
             w = workloads[unplaced.workload_id]
-            if (w.reason, w.message) != (unplaced.reason.value, unplaced.message):
+            # Reason is a StrEnum: equal to its value, without the enum property per item.
+            if w.message != unplaced.message or w.reason != unplaced.reason:
                 w.reason, w.message = unplaced.reason.value, unplaced.message
                 changed.append(w)
         return changed, decisions

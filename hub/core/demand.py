@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from hub.core.model import Reason, Unplaced, Workload
 from hub.core.policy import Policy
+from schemas import WorkloadSpec
 from schemas.burst import MAX_DEMAND_ITEMS, MAX_WORKLOAD_IDS, DemandItem, DemandReport
 
 #: Reasons that more capacity would cure. Work waiting on its team's limit, on preemption of
@@ -36,27 +37,21 @@ def unplaceable_demand(
 ) -> DemandReport:
     """Group burstable pending work of teams allowed to burst by shape, oldest first."""
     groups: dict[_Key, list[Workload]] = {}
+    bursts: dict[str, bool] = {}  # team -> may burst: looked up once per team, not per item
     for item in unplaced:
+        if item.reason not in BURSTABLE:
+            continue
         workload = pending.get(item.workload_id)
-        if workload is None or item.reason not in BURSTABLE:
+        if workload is None:
             continue
         spec = workload.spec
-        if not policy.team(spec.team).may_burst:
-            continue
-        if spec.nodes > 1:
+        may_burst = bursts.get(spec.team)
+        if may_burst is None:
+            may_burst = bursts[spec.team] = policy.team(spec.team).may_burst
+        if not may_burst or spec.nodes > 1:
             # A gang must share one spoke, and a burst instance is a spoke of one node.
             continue
-        klass = policy.priority_class(spec.priority_class)
-        key: _Key = (
-            spec.team,
-            spec.gpu_models[0] if spec.gpu_models else None,
-            spec.gpus_per_node,
-            spec.nodes,
-            spec.gpu_fraction,
-            spec.affinity.required_regions,
-            klass is None or klass.preemptible,  # work never preempted must not go to spot
-        )
-        groups.setdefault(key, []).append(workload)
+        groups.setdefault(_group_key(spec, policy), []).append(workload)
     items = []
     for key, members in groups.items():
         members.sort(key=lambda w: (w.submitted_at, w.id))
@@ -77,3 +72,16 @@ def unplaceable_demand(
         )
     items.sort(key=lambda i: (-i.oldest_age_s, i.team, i.workload_ids))
     return DemandReport(items=tuple(items[:MAX_DEMAND_ITEMS]), sent_at=now, seq=seq)
+
+
+def _group_key(spec: WorkloadSpec, policy: Policy) -> _Key:
+    klass = policy.priority_class(spec.priority_class)
+    return (
+        spec.team,
+        spec.gpu_models[0] if spec.gpu_models else None,
+        spec.gpus_per_node,
+        spec.nodes,
+        spec.gpu_fraction,
+        spec.affinity.required_regions,
+        klass is None or klass.preemptible,  # work never preempted must not go to spot
+    )
