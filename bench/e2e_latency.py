@@ -39,7 +39,7 @@ import nats.errors
 import psutil
 
 from bus.client import Bus
-from gpufed.up import Federation, SimSpoke
+from gpufed.up import UP_POLICY, Federation, SimSpoke
 from schemas import SubmitBatchReply, SubmitReply, subjects
 
 FLEET = (
@@ -48,6 +48,12 @@ FLEET = (
     SimSpoke("us-1", "us", nodes=8, gpus=8, model="L4"),
 )
 SPEC = {"name": "bench", "team": "bench", "command": ["true"]}
+#: `gpufed up`'s policy, with room for a whole --bulk queued at once (the default team's
+#: max_queued, 5,000, would refuse half of 10,000).
+POLICY: dict[str, object] = {
+    **UP_POLICY,
+    "default_team": {**dict(UP_POLICY["default_team"]), "max_queued": 20_000},  # type: ignore[call-overload]
+}
 #: The sweep's bar: a rate is sustained when p99 stays under this and nothing is lost.
 P99_LIMIT_MS = 50.0
 BULK_BATCH = 1000
@@ -321,7 +327,7 @@ def main() -> None:
         plot(series, args.plot or Path("e2e_p99_by_rate.png"))
         return
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
-        fed = Federation(Path(tmp), api_port=0, fleet=FLEET)
+        fed = Federation(Path(tmp), api_port=0, fleet=FLEET, policy=POLICY)
         try:
             print("starting the embedded federation", file=sys.stderr, flush=True)
             fed.start()
