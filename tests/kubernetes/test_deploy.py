@@ -74,7 +74,13 @@ def test_hub_postgres_reads_the_store_url_from_a_mounted_secret() -> None:
 
     args = " ".join(hub["args"])
     assert "--store-url-file /var/run/secrets/gpufed/store/url" in args
-    assert "sqlite" not in args and "env" not in hub
+    assert "sqlite" not in args
+    # The store URL holds a password: never in env. The only variable is the pod's own IP
+    # (the Downward API), which the leader advertises as its API URL.
+    assert hub.get("env") == [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    ]
+    assert "--advertise-url http://$(POD_IP):8080" in args
     assert secret_mounts(docs, "gpufed-hub") == {
         "/var/run/secrets/gpufed/nats": "gpufed-hub-nats",
         "/var/run/secrets/gpufed/nats-ca": "gpufed-nats-tls",
