@@ -1,5 +1,8 @@
 """`gpufed up`: run the embedded federation (`gpufed.up`) until Ctrl-C, or its demo.
 
+SIGTERM and SIGHUP (a service manager, a closed terminal) stop it the way Ctrl-C does: every
+process it started is stopped by its own handle before it exits, none is left behind.
+
 With `--hubs 2` (or more) the hub replicas share an embedded PostgreSQL under the data dir;
 one leads, the others stand by (see hub.leadership), each on its own API port.
 """
@@ -7,17 +10,24 @@ one leads, the others stand by (see hub.leadership), each on its own API port.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bus.natsserver import free_port
 from gpufed.postgres import EmbeddedPostgres
 from gpufed.up import DEMO_BURST, Federation
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 #: The database the replicas of `gpufed up --hubs N` share.
 UP_DATABASE = "gpufed"
+#: Signals that stop `gpufed up` and everything it started (SIGINT is Python's KeyboardInterrupt).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: int = 1) -> int:
@@ -33,13 +43,15 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
     postgres: EmbeddedPostgres | None = None
     result: tuple[int, int] | None = None
     fed: Federation | None = None
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
     try:
         hub_args: tuple[str, ...] = ()
         if hubs > 1:
             root = data_dir.resolve() / "postgres"
             root.mkdir(parents=True, exist_ok=True)
             print(f"gpufed: starting PostgreSQL for {hubs} hub replicas (in {root})")
-            postgres = EmbeddedPostgres(root).start()
+            postgres = EmbeddedPostgres(root)
+            postgres.start()
             hub_args = ("--store-url", postgres.url(postgres.ensure_database(UP_DATABASE)))
         fed = Federation(data_dir, api_port, burst_args=timings, tls=tls, hub_args=hub_args)
         pieces = "the hub" if hubs == 1 else f"{hubs} hubs"
@@ -65,12 +77,23 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
         print(f"gpufed: {exc}", file=sys.stderr)
         return 1
     finally:
+        # A second signal must not cut the stop short and leave children running: the stop
+        # is bounded anyway (a grace, then SIGKILL).
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         if fed is not None:
             fed.stop()
         if postgres is not None:
             postgres.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if result is not None:  # the demo's verdict is the last line, after everything stopped
             print(f"{result[0]}/{result[1]} workloads succeeded", flush=True)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM or SIGHUP: unwind like Ctrl-C, so `run_up`'s finally stops everything."""
+    raise KeyboardInterrupt
 
 
 def _banner(fed: Federation) -> None:
