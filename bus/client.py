@@ -227,16 +227,34 @@ class Bus:
         for config in _stream_configs(event_domains):
             await self._put_stream(config)
 
-    async def ensure_regional_streams(self, hub_domain: str, spokes: tuple[str, ...]) -> None:
+    async def ensure_regional_streams(
+        self, hub_domain: str, spokes: tuple[str, ...], *, wait_for_hub_s: float = 120.0
+    ) -> None:
         """On a regional leaf node: mirror the region's commands, keep its events locally.
 
         GPUFED_COMMANDS here mirrors the hub's (domain `hub_domain`), only the subjects of
         `spokes`; GPUFED_EVENTS here stores the region's events, and the hub's GPUFED_EVENTS
         sources it. Spokes on the leaf use both under the usual names and keep working while
         the WAN is down; each backlog flows once the link is back. Idempotent.
+
+        The mirror is created only once the hub's stream answers through the leaf link (up to
+        `wait_for_hub_s`, else TimeoutError): a mirror created before its origin exists, or
+        before the leaf has linked up, fails its first consumer request and nats-server tries
+        again only after a back-off of 10 s or more that grows with each failure, so the
+        region's first commands could wait a minute. The event stream has no such dependency
+        and is created first, so the hub's source finds it as soon as possible.
         """
         if not spokes:
             raise ValueError("a region needs at least one spoke")
+        await self._put_stream(
+            StreamConfig(
+                name=subjects.EVENTS_STREAM,
+                subjects=[subjects.events(s) for s in spokes],
+                duplicate_window=DUPLICATE_WINDOW_S,
+                max_age=7 * 24 * 3600.0,
+            )
+        )
+        await self._wait_for_origin(hub_domain, subjects.COMMANDS_STREAM, wait_for_hub_s)
         commands = [subjects.commands(s) for s in spokes]
         await self._put_stream(
             StreamConfig(
@@ -249,14 +267,31 @@ class Bus:
                 max_age=7 * 24 * 3600.0,
             )
         )
-        await self._put_stream(
-            StreamConfig(
-                name=subjects.EVENTS_STREAM,
-                subjects=[subjects.events(s) for s in spokes],
-                duplicate_window=DUPLICATE_WINDOW_S,
-                max_age=7 * 24 * 3600.0,
-            )
-        )
+
+    async def _wait_for_origin(self, domain: str, stream: str, timeout_s: float) -> None:
+        """Block until `stream` of JetStream domain `domain` answers (bounded by `timeout_s`)."""
+        remote = self.nc.jetstream(domain=domain, timeout=self.settings.publish_timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        delay = 0.1
+        while True:
+            try:
+                await remote.stream_info(stream)
+                return
+            except (TimeoutError, nats.errors.Error) as exc:
+                # NotFoundError: the hub has not created it yet; a timeout or no responders:
+                # the leaf is not linked to the hub (yet), or the hub's JetStream is not up.
+                if loop.time() + delay > deadline:
+                    missing = isinstance(exc, nats.js.errors.NotFoundError)
+                    why = "does not exist" if missing else "got no answer from JetStream there"
+                    raise TimeoutError(
+                        f"the hub's stream {stream} (JetStream domain {domain!r}) {why} after"
+                        f" {timeout_s:.0f}s: is the hub running, and is this leaf node linked"
+                        " to it?"
+                    ) from exc
+                log.info("waiting_for_hub_stream", stream=stream, domain=domain)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _put_stream(self, config: StreamConfig) -> None:
         try:

@@ -179,6 +179,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_nats_flags(region)  # the region's leaf node, e.g. with admin.creds of nats-authority
     region.add_argument("--hub-domain", default="hub", help="the hub's JetStream domain")
     region.add_argument("--spoke", action="append", required=True, metavar="ID")
+    region.add_argument(
+        "--wait-for-hub", type=float, default=120.0, metavar="S",
+        help="how long to wait for the hub's command stream before mirroring it (s)",
+    )  # fmt: skip
     region.set_defaults(func=_region_streams)
 
     authority = sub.add_parser(
@@ -284,7 +288,9 @@ def _region_streams(args: argparse.Namespace) -> int:
         )
         await bus.connect(first_attempt_timeout_s=10)
         try:
-            await bus.ensure_regional_streams(args.hub_domain, tuple(args.spoke))
+            await bus.ensure_regional_streams(
+                args.hub_domain, tuple(args.spoke), wait_for_hub_s=args.wait_for_hub
+            )
         finally:
             await bus.close()
 

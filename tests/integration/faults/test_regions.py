@@ -8,11 +8,14 @@ own record of how often, and where, they ran.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import nats.js.errors
 import pytest
 
 from bus.client import Bus, BusSettings
@@ -90,9 +93,17 @@ async def test_a_region_cut_off_for_a_minute_works_on_and_reconciles(
 ) -> None:
     fed = federation
     try:
-        await set_up_region(regions.leaves["eu"], ("eu-1",))
-        await set_up_region(regions.leaves["us"], ("us-1",))
+        # The regions come up before the hub (as they may in production): their setup waits
+        # for the hub's command stream before mirroring it.
+        setups = [
+            asyncio.create_task(set_up_region(regions.leaves["eu"], ("eu-1",))),
+            asyncio.create_task(set_up_region(regions.leaves["us"], ("us-1",))),
+        ]
+        for leaf in regions.leaves.values():
+            await leaf_stream_exists(leaf, subjects.EVENTS_STREAM)
+        assert not any(t.done() for t in setups)  # no hub stream yet: no mirror either
         await fed.start_hub(event_domains=("eu", "us"))
+        await asyncio.gather(*setups)
         await fed.start_spoke(
             "eu-1", "eu", nodes("eu-1", 1, 8, "H100"), nats_url=regions.leaves["eu"].url
         )
@@ -155,10 +166,54 @@ async def test_a_region_cut_off_for_a_minute_works_on_and_reconciles(
     assert all(found[w][0][2].startswith("eu-1") for w in [*during, to_cancel, late])
 
 
+def test_region_streams_without_a_reachable_hub_says_so_and_mirrors_nothing(
+    tmp_path: Path,
+) -> None:
+    leaf = EmbeddedNats(tmp_path / "nats-eu", domain="eu").start()  # linked to no hub
+    try:
+        flags = ["--nats-url", leaf.url, "--spoke", "eu-1", "--wait-for-hub", "1"]
+        done = subprocess.run(
+            [sys.executable, "-m", "gpufed", "region-streams", *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1
+        assert "GPUFED_COMMANDS (JetStream domain 'hub')" in done.stderr
+        assert "is this leaf node linked to it?" in done.stderr
+
+        async def streams() -> tuple[bool, bool]:
+            bus = Bus(BusSettings(url=leaf.url, name="look"))
+            await bus.connect()
+            try:
+                await bus.js.stream_info(subjects.EVENTS_STREAM)
+                try:
+                    await bus.js.stream_info(subjects.COMMANDS_STREAM)
+                    return True, True
+                except nats.js.errors.NotFoundError:
+                    return True, False
+            finally:
+                await bus.close()
+
+        assert asyncio.run(streams()) == (True, False)  # events kept locally; no dead mirror
+    finally:
+        leaf.stop()
+
+
 async def leaf_stream_messages(leaf: EmbeddedNats, stream: str) -> int:
     bus = Bus(BusSettings(url=leaf.url, name="look"))
     await bus.connect()
     try:
         return (await bus.js.stream_info(stream)).state.messages
+    finally:
+        await bus.close()
+
+
+async def leaf_stream_exists(leaf: EmbeddedNats, stream: str) -> None:
+    bus = Bus(BusSettings(url=leaf.url, name="look"))
+    await bus.connect()
+    try:
+        await asyncio.wait_for(bus.wait_for_stream(stream), 30)
     finally:
         await bus.close()
