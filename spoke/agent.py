@@ -19,7 +19,7 @@ import structlog
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from bus.client import Bus
+from bus.client import Bus, no_responders
 from bus.tasks import supervise
 from schemas import (
     Assignment,
@@ -255,6 +255,9 @@ class SpokeAgent:
             await asyncio.sleep(MIN_REPORT_INTERVAL_S)
 
     async def _on_lease_ack(self, msg: Msg) -> None:
+        if no_responders(msg):  # the server's own reply: nobody serves capacity reports
+            self.fence.no_hub(self.clock())
+            return
         try:
             ack = LeaseAck.model_validate_json(msg.data)
         except ValidationError as exc:

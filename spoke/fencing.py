@@ -52,6 +52,7 @@ class Fence:
         self.kept: set[str] = set()  # running workloads fencing leaves alone
         self.term = 0  # the newest hub term heard: commands and acks of older ones are ignored
         self.stopped: set[str] = set()  # fenced during the current silence
+        self.unanswered = False  # the last report found no hub to answer it
         self._sent: OrderedDict[int, float] = OrderedDict()
         self._dirty = False
         self._load()
@@ -74,10 +75,20 @@ class Fence:
         if ack.lost_after_s != self.lost_after_s:
             self.lost_after_s = ack.lost_after_s
             self._dirty = True
-        if self.stopped:
+        if self.stopped or self.unanswered:
             log.info("hub_heard_again", fenced=len(self.stopped))
             self.stopped.clear()
+        self.unanswered = False
         return True
+
+    def no_hub(self, now: float) -> None:
+        """A report found no hub to answer it (NATS "no responders"): not an ack, so the
+        silence, and the clock towards fence_after, go on. Logged once per silence."""
+        if self.unanswered:
+            return
+        self.unanswered = True
+        silent = None if self.heard_at is None else round(now - self.heard_at, 1)
+        log.warning("hub_not_reachable", silent_s=silent, fence_after_s=self.fence_after_s)
 
     def saw_term(self, term: int) -> None:
         """A command or ack of hub term `term` was taken."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import structlog
+
 from schemas import LeaseAck, WorkloadSpec
 from spoke.fencing import Fence
 
@@ -60,3 +62,19 @@ def test_which_work_is_fenced() -> None:
     assert spec(on_hub_loss="stop").fenced
     assert not spec(restart_policy="on_failure", on_hub_loss="keep").fenced
     assert not spec(restart_policy="on_failure", on_hub_loss="keep").moved_when_spoke_lost
+
+
+def test_no_hub_to_answer_is_no_ack_and_is_said_once_per_silence(tmp_path: Path) -> None:
+    f = fence(tmp_path)
+    f.sent(1, at=100.0)
+    f.acked(ack(1))
+    with structlog.testing.capture_logs() as logs:
+        for at in (101.0, 110.0, 125.0):
+            f.sent(2, at=at)
+            f.no_hub(at)
+        assert f.heard_at == 100.0 and f.overdue(125.0)  # the silence went on
+        f.sent(3, at=126.0)
+        assert f.acked(ack(3)) and not f.overdue(126.0)
+        f.no_hub(127.0)
+    said = [e for e in logs if e["event"] == "hub_not_reachable"]
+    assert [e["silent_s"] for e in said] == [1.0, 1.0]  # once per silence, again after an ack
