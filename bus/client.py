@@ -26,6 +26,7 @@ from nats.js.api import (
     SubjectTransform,
 )
 
+from bus import natsclient
 from bus.tls import client_context
 from schemas import burst, subjects
 
@@ -133,7 +134,7 @@ class Bus:
                     kwargs["inbox_prefix"] = s.inbox_prefix
                 if s.tls_ca:
                     kwargs["tls"] = client_context(s.tls_ca)
-                self._nc = await nats.connect(
+                self._nc = await natsclient.connect(
                     s.url,
                     name=s.name,
                     max_reconnect_attempts=-1,

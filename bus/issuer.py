@@ -24,7 +24,7 @@ import nkeys
 import structlog
 from nats.aio.client import RawCredentials
 
-from bus import jwt
+from bus import jwt, natsclient
 from bus.authority import Issued, mint
 from bus.identities import spoke_permissions
 from bus.jwt import KeyPair
@@ -96,7 +96,7 @@ class InstanceIssuer:
         if self.tls_ca:
             kwargs["tls"] = client_context(self.tls_ca)
         try:
-            nc = await nats.connect(
+            nc = await natsclient.connect(
                 self.nats_url, name="gpufed-burst-issuer", connect_timeout=2,
                 max_reconnect_attempts=0, allow_reconnect=False, **kwargs,
             )  # fmt: skip

@@ -69,9 +69,11 @@ class EmbeddedNats:
         domain: str | None = None,
         leaf_port: int | None = None,
         leaf_remote: str | None = None,
+        trace: bool = False,
     ) -> None:
         """`domain`: its JetStream domain; `leaf_port`: listen for leaf nodes there (a hub);
-        `leaf_remote`: dial that hub as a leaf node (a region), retrying every second."""
+        `leaf_remote`: dial that hub as a leaf node (a region), retrying every second; `trace`:
+        log every protocol line in `log_file` (diagnosis only: it logs message payloads)."""
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
@@ -80,6 +82,7 @@ class EmbeddedNats:
         self.domain = domain
         self.leaf_port = leaf_port
         self.leaf_remote = leaf_remote
+        self.trace = trace
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -146,6 +149,8 @@ class EmbeddedNats:
         if self.leaf_remote:
             remote = json.dumps(self.leaf_remote)
             lines.append(f"leafnodes {{ reconnect: '1s', remotes: [ {{ url: {remote} }} ] }}")
+        if self.trace:
+            lines.append("trace: true")
         if self.tls is not None:
             lines.append(self.tls.server_block())
         if self.authority is not None:

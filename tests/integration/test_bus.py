@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 
 from nats.aio.msg import Msg
 
+from bus import natsclient
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
 from schemas import subjects
@@ -44,3 +47,32 @@ async def test_consumer_whose_server_side_vanished_comes_back_and_delivers(
         stop.set()
         await task
         await bus.close()
+
+
+async def test_flush_returns_once_the_server_has_read_what_was_sent_before_it(
+    tmp_path: Path,
+) -> None:
+    """A subscription made before flush() is in place when flush() returns. nats-py's own
+    flush() wrote its PING ahead of the SUB still buffered, so on a loaded machine the server
+    answered it first and another connection's request found no responder."""
+    server = EmbeddedNats(tmp_path / "nats", trace=True).start()
+    try:
+        bus = Bus(BusSettings(url=server.url, name="responder"))
+        await bus.connect()
+
+        async def answer(msg: Msg) -> None:
+            await msg.respond(b"here")
+
+        await bus.nc.subscribe("flush.order", cb=answer)
+        await bus.nc.flush()
+        read_before_pong = re.findall(r"<<- \[(SUB|PING)", server.log_file.read_text())
+        asker = await natsclient.connect(server.url)
+        reply = await asker.request("flush.order", b"?", timeout=5)
+        await asker.close()
+        await bus.close()
+    finally:
+        server.stop()
+
+    # The server read the SUB, then the flush's PING (after the connect's own PING).
+    assert read_before_pong == ["PING", "SUB", "PING"]
+    assert reply.data == b"here"

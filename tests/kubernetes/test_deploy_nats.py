@@ -13,10 +13,11 @@ import anyio
 import nats
 import nats.errors
 import pytest
-from nats.aio.client import Client, RawCredentials
+from nats.aio.client import RawCredentials
 
-from bus import identities
+from bus import identities, natsclient
 from bus.authority import NatsAuthority
+from bus.natsclient import Client
 from bus.tls import client_context
 from tests.kubernetes.deploysupport import (
     DEPLOY,
@@ -106,7 +107,7 @@ def leaf_eu(tmp_path: Path) -> Iterator[str]:
 
 async def connect_tls(url: str, creds: str | None = None, **options: Any) -> Client:
     """Connect over TLS (checked against the test CA) with a generated credential's text."""
-    return await nats.connect(
+    return await natsclient.connect(
         url,
         tls=client_context(tls_dir_for_tests() / "ca.crt"),
         user_credentials=RawCredentials(creds) if creds else None,

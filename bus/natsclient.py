@@ -1,0 +1,38 @@
+"""nats-py's client with a `flush()` that waits for what was sent before it.
+
+nats-py 2.16's `Client.flush()` writes its PING straight to the socket, while the SUB, UNSUB and
+PUB commands sent before it still wait in the client's pending buffer for its flusher task. The
+server reads the PING first whenever the two writes arrive apart (a loaded machine), answers it,
+and `flush()` returns before the server has seen a subscription made just before: a request from
+another connection then finds no responder, a message no subscriber. Here the PING is queued
+behind those commands (nats-py's Tornado client fixed the same bug that way), so a returned
+`flush()` means the server has processed everything this client sent before it.
+
+Every gpufed connection goes through `connect()` below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nats.aio.client import PING_PROTO
+from nats.aio.client import Client as _NatsClient
+
+
+class Client(_NatsClient):
+    """A nats-py client whose PINGs (`flush()`, `rtt()`, keep-alives) follow pending commands."""
+
+    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+        self._pongs.append(future)
+        await self._send_command(PING_PROTO)  # behind the SUB/PUB still pending, in order
+        await self._flush_pending()
+
+
+async def connect(servers: str | list[str], **options: Any) -> Client:
+    """`nats.connect()` with our `Client`: same options, same errors."""
+    client = Client()
+    await client.connect(servers, **options)
+    return client
