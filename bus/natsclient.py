@@ -24,6 +24,11 @@ class Client(_NatsClient):
     """A nats-py client whose PINGs (`flush()`, `rtt()`, keep-alives) follow pending commands."""
 
     async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        if not self.is_connected:
+            # nats-py's own: a PING queued now would be replayed after a reconnect, its PONG
+            # taken for a later flush's (nats-py drops the futures of a lost connection).
+            await super()._send_ping(future)
+            return
         if future is None:
             future = asyncio.get_running_loop().create_future()
         self._pongs.append(future)
