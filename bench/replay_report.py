@@ -98,9 +98,11 @@ def main() -> int:
         knobs["max_instances"] = args.max_instances
     if args.unlimited_instances:
         knobs["max_instances"] = None
-    for name in ("burst_after", "idle_ttl", "cooldown"):
+    for name in ("burst_after", "idle_ttl", "cooldown", "wait_per_gpu"):
         if getattr(args, name) is not None:
             knobs[f"{name}_s"] = getattr(args, name)
+    if args.right_size is not None:
+        knobs["right_size"] = args.right_size == "on"
     burst_policy = BurstPolicy(**knobs)
     if args.sweep:
         result = sweep(base, fleet, policy, catalog, args)
@@ -133,8 +135,17 @@ def main() -> int:
         "jobs": len(jobs),
         "load_factor": args.load_factor,
         "onprem_gpus": fleet.gpus,
-        "burst_policy": {k: getattr(burst_policy, k) for k in ("burst_after_s", "idle_ttl_s")}
-        | {"cooldown_s": burst_policy.cooldown_s, "max_instances": burst_policy.max_instances},
+        "burst_policy": {
+            k: getattr(burst_policy, k)
+            for k in (
+                "burst_after_s",
+                "idle_ttl_s",
+                "cooldown_s",
+                "max_instances",
+                "wait_per_gpu_s",
+                "right_size",
+            )
+        },
         "matrix": matrix,
         "replay_seconds": matrix.get("gpufed/none", {}).get("replay_seconds"),
         "load_seconds": load_s,
@@ -328,6 +339,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--burst-after", type=float, default=None)
     p.add_argument("--idle-ttl", type=float, default=None)
     p.add_argument("--cooldown", type=float, default=None)
+    p.add_argument("--wait-per-gpu", type=float, default=None, help="burst: s of wait per GPU")
+    p.add_argument("--right-size", choices=("on", "off"), default=None, help="burst: packing")
     p.add_argument(
         "--ordering", choices=("fifo", "las"), default=None, help="override the policy's ordering"
     )

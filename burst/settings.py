@@ -61,6 +61,8 @@ class BurstSettings(BaseModel):
     team_budgets: dict[str, TeamBudgetSettings] = Field(default_factory=dict)
     markets: MarketPreference = MarketPreference.SPOT_FIRST
     regions: frozenset[str] | None = None
+    wait_per_gpu_s: float = Field(default=0.0, ge=0)
+    right_size: bool = False
 
     # --- the controller's own housekeeping ---
     reconcile_s: float = Field(
@@ -137,4 +139,6 @@ class BurstSettings(BaseModel):
             allowed_teams=self.allowed_teams,
             markets=self.markets,
             regions=regions,
+            wait_per_gpu_s=self.wait_per_gpu_s,
+            right_size=self.right_size,
         )

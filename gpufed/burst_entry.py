@@ -28,6 +28,7 @@ _RENAMED = {
     "capacity_backoff": "capacity_backoff_s",
     "boot_timeout": "boot_timeout_s",
     "demand_stale": "demand_stale_s",
+    "wait_per_gpu": "wait_per_gpu_s",
     "reconcile_every": "reconcile_s",
     "orphan_grace": "orphan_grace_s",
     "launch_grace": "launch_grace_s",
@@ -87,6 +88,12 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="a team's $/h over its live instances and/or total $ (e.g. ml=50, ml=,200)",
     )
     policy.add_argument("--markets", choices=["spot_first", "on_demand_only"])
+    policy.add_argument("--wait-per-gpu", type=float, help="more demand age per GPU asked (0)")
+    policy.add_argument(
+        "--right-size",
+        action=argparse.BooleanOptionalAction,
+        help="an instance per workload instead of packing (off)",
+    )
     policy.add_argument("--region", action="append", metavar="REGION", help="allowed regions")
 
     loop = p.add_argument_group("housekeeping (seconds)")

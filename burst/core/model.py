@@ -95,10 +95,23 @@ class BurstPolicy:
     allowed_teams: frozenset[str] | None = None
     markets: MarketPreference = MarketPreference.SPOT_FIRST
     regions: frozenset[str] | None = None
+    # Waiting budget (Starburst): demand bursts once its oldest workload has waited
+    # burst_after_s + wait_per_gpu_s x its GPUs: big jobs wait longer, since on-prem frees
+    # for them, and small ones burst soon, where a cloud instance is cheap.
+    wait_per_gpu_s: float = 0.0
+    # One instance per single-node workload, the cheapest that holds it, instead of packing
+    # several onto big instances that stay billed until their longest job ends.
+    right_size: bool = False
+
+    def waiting_budget_s(self, item: DemandItem) -> float:
+        """How long `item`'s oldest workload waits on-prem before it may burst."""
+        gpus = (item.gpu_fraction or item.gpus_per_node) * item.nodes
+        return self.burst_after_s + self.wait_per_gpu_s * gpus
 
     def __post_init__(self) -> None:
         for name in (
             "burst_after_s",
+            "wait_per_gpu_s",
             "idle_ttl_s",
             "cooldown_s",
             "capacity_backoff_s",

@@ -161,8 +161,9 @@ class _LaunchPlanner:
             message = f"team {item.team} may not burst to the cloud"
             self._skip(item, SkipReason.TEAM_NOT_ALLOWED, message, item.count, item.workload_ids)
             return None
-        if age < policy.burst_after_s:
-            message = f"oldest pending {age:.0f}s < burst_after {policy.burst_after_s:.0f}s"
+        budget_s = policy.waiting_budget_s(item)
+        if age < budget_s:
+            message = f"oldest pending {age:.0f}s < waiting budget {budget_s:.0f}s"
             self._skip(item, SkipReason.TOO_YOUNG, message, item.count, item.workload_ids)
             return None
         done = tuple(w for w in item.workload_ids if w in covered)
@@ -226,16 +227,34 @@ class _LaunchPlanner:
                 )
         fitting = [offer for offer in self.offers if self._fits_group(offer, key)]
         open_offers = [o for o in fitting if self.state.blocked.get(o.key, -math.inf) <= self.now]
+        if self.policy.right_size:
+            # Each whole-GPU single-node workload on its own cheapest instance; fractions
+            # share GPUs and gangs of one shape share nodes, each on their own cheapest type.
+            batches = [[w] for w in pending if w.nodes == 1 and w.fraction is None]
+            batches.append([w for w in pending if w.fraction is not None])
+            batches.append([w for w in pending if w.nodes > 1])
+            # Oldest first, so the limits still go to the oldest work.
+            batches = sorted((b for b in batches if b), key=lambda b: b[0].order)
+        else:
+            batches = [pending]
+        unserved: list[Work] = []
+        for batch in batches:
+            unserved.extend(self._serve(key.team, batch, open_offers))
+        pending = sorted(unserved, key=lambda w: w.order)
+        self._skip_unserved(key.team, pending, entries, owner, fitting, open_offers)
+
+    def _serve(self, team: str, pending: list[Work], offers: list[Offer]) -> list[Work]:
+        """Launch for `pending` round by round; returns the works left unserved."""
         while pending:
-            choice = self._best(key.team, pending, open_offers)
+            choice = self._best(team, pending, offers)
             if choice is None:
                 break
             offer, units = choice
             for unit in units:
-                self._launch(key.team, offer, unit)
+                self._launch(team, offer, unit)
             served = {work.order for unit in units for work in unit.works}
             pending = [work for work in pending if work.order not in served]
-        self._skip_unserved(key.team, pending, entries, owner, fitting, open_offers)
+        return pending
 
     def _fits_group(self, offer: Offer, key: _GroupKey) -> bool:
         if key.gpu_model and offer.gpu_model.casefold() != key.gpu_model:

@@ -85,6 +85,10 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     cloud.add_argument("--unlimited-instances", action="store_true")
     cloud.add_argument("--max-dollars-per-hour", type=float, default=None)
     cloud.add_argument("--markets", choices=("spot_first", "on_demand_only"), default=None)
+    cloud.add_argument("--wait-per-gpu", type=float, default=None, help="s of waiting per GPU")
+    cloud.add_argument(
+        "--right-size", choices=("on", "off"), default=None, help="an instance per workload"
+    )
     fgd = p.add_argument_group("Alibaba workload inflation (FGD)")
     fgd.add_argument(
         "--inflate",
@@ -320,6 +324,7 @@ def _burst_policy(args: argparse.Namespace) -> Any:
         ("cooldown", "cooldown_s"),
         ("max_instances", "max_instances"),
         ("max_dollars_per_hour", "max_dollars_per_hour"),
+        ("wait_per_gpu", "wait_per_gpu_s"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -328,6 +333,8 @@ def _burst_policy(args: argparse.Namespace) -> Any:
         knobs["max_instances"] = None
     if args.markets is not None:
         knobs["markets"] = MarketPreference(args.markets)
+    if args.right_size is not None:
+        knobs["right_size"] = args.right_size == "on"
     return BurstPolicy(**knobs)
 
 

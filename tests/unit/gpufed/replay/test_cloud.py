@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from burst.catalog import Catalog, parse_catalog
@@ -91,3 +93,22 @@ def test_an_idle_instance_serves_only_the_team_it_was_launched_for() -> None:
     # ml's instance sits idle from 170, but web's job waits for an instance of its own.
     assert run.outcome.first_start == [0.0, 120.0, 320.0]
     assert [i.team for i in run.cloud.instances] == ["ml", "web"]
+
+
+def test_right_sized_instances_are_released_as_their_own_job_ends() -> None:
+    def run(right_size: bool) -> ReplayRun:
+        knobs = BurstPolicy(burst_after_s=0.0, idle_ttl_s=60.0, cooldown_s=0.0)
+        knobs = replace(knobs, right_size=right_size)
+        setup = ReplaySetup(one_gpu(), Policy(), catalog(), burst="gpufed", burst_policy=knobs)
+        short_and_long = [Job("j0", 0.0, 5000.0, "ml", 1, 1), Job("j1", 0.0, 100.0, "ml", 1, 1)]
+        short_and_long.append(Job("j2", 0.0, 5000.0, "ml", 1, 1))
+        return run_replay(short_and_long, setup)
+
+    packed, sized = run(False), run(True)
+    assert [i.instance_type for i in packed.cloud.instances] == ["two.gpu"]
+    assert [i.instance_type for i in sized.cloud.instances] == ["one.gpu", "one.gpu"]
+    # Same starts, but the short job's own instance goes an idle_ttl after it ends, while the
+    # packed one is billed for both GPUs until the long job ends.
+    assert sized.outcome.first_start == packed.outcome.first_start
+    end = 10_000.0
+    assert sum(i.cost(end) for i in sized.cloud.instances) < packed.cloud.instances[0].cost(end)
