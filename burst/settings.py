@@ -63,6 +63,7 @@ class BurstSettings(BaseModel):
     regions: frozenset[str] | None = None
     wait_per_gpu_s: float = Field(default=0.0, ge=0)
     right_size: bool = False
+    burst_restarted: bool = True
 
     # --- the controller's own housekeeping ---
     reconcile_s: float = Field(
@@ -141,4 +142,5 @@ class BurstSettings(BaseModel):
             regions=regions,
             wait_per_gpu_s=self.wait_per_gpu_s,
             right_size=self.right_size,
+            burst_restarted=self.burst_restarted,
         )

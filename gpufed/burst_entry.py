@@ -94,6 +94,11 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         help="an instance per workload instead of packing (off)",
     )
+    policy.add_argument(
+        "--burst-restarted",
+        action=argparse.BooleanOptionalAction,
+        help="burst work that ran before and was preempted (on)",
+    )
     policy.add_argument("--region", action="append", metavar="REGION", help="allowed regions")
 
     loop = p.add_argument_group("housekeeping (seconds)")

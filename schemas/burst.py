@@ -65,6 +65,12 @@ class DemandItem(WireModel):
     spot_ok: bool = Field(
         default=True, description="False for work that must not be interrupted: never on spot."
     )
+    attained_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Least run time (s) of these workloads' earlier attempts: > 0 when every "
+        "one of them ran before and was preempted. Older hubs send 0.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DemandItem:

@@ -102,6 +102,10 @@ class BurstPolicy:
     # One instance per single-node workload, the cheapest that holds it, instead of packing
     # several onto big instances that stay billed until their longest job ends.
     right_size: bool = False
+    # Demand of work that ran before (DemandItem.attained_s > 0: preempted, requeued) bursts
+    # only if True. Such work has started, so bursting it cuts no one's wait, and with
+    # heavy-tailed run times it is the long work that makes the cloud bill.
+    burst_restarted: bool = True
 
     def waiting_budget_s(self, item: DemandItem) -> float:
         """How long `item`'s oldest workload waits on-prem before it may burst."""
@@ -146,6 +150,7 @@ class SkipReason(StrEnum):
 
     STALE_DEMAND = "stale_demand"  # the report is too old to act on
     TOO_YOUNG = "too_young"  # younger than burst_after: on-prem may still free up
+    RESTARTED = "restarted"  # it ran before and burst_restarted is off
     COVERED = "covered"  # an instance already launched for these workloads
     TEAM_NOT_ALLOWED = "team_not_allowed"
     TEAM_BUDGET_SPENT = "team_budget_spent"

@@ -161,6 +161,10 @@ class _LaunchPlanner:
             message = f"team {item.team} may not burst to the cloud"
             self._skip(item, SkipReason.TEAM_NOT_ALLOWED, message, item.count, item.workload_ids)
             return None
+        if item.attained_s > 0 and not policy.burst_restarted:
+            message = f"ran {item.attained_s:.0f}s before; burst_restarted is off"
+            self._skip(item, SkipReason.RESTARTED, message, item.count, item.workload_ids)
+            return None
         budget_s = policy.waiting_budget_s(item)
         if age < budget_s:
             message = f"oldest pending {age:.0f}s < waiting budget {budget_s:.0f}s"

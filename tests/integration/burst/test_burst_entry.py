@@ -33,7 +33,7 @@ def test_flags_reach_the_policy() -> None:
         "--allow-team", "ml", "--allow-team", "cv",
         "--team-budget", "ml=20,500", "--team-budget", "cv=,100",
         "--markets", "on_demand_only", "--state-dir", "/tmp/x",
-        "--wait-per-gpu", "45", "--right-size",
+        "--wait-per-gpu", "45", "--right-size", "--no-burst-restarted",
     ]  # fmt: skip
     settings = settings_from_args(parse(*flags))
     policy = settings.policy()
@@ -43,7 +43,7 @@ def test_flags_reach_the_policy() -> None:
     assert policy.allowed_teams == frozenset({"ml", "cv"})
     assert policy.team_budgets == {"ml": TeamBudget(20, 500), "cv": TeamBudget(None, 100)}
     assert policy.markets is MarketPreference.ON_DEMAND_ONLY
-    assert (policy.wait_per_gpu_s, policy.right_size) == (45, True)
+    assert (policy.wait_per_gpu_s, policy.right_size, policy.burst_restarted) == (45, True, False)
     assert settings_from_args(parse("--no-right-size")).policy().right_size is False
     assert settings.state_dir == Path("/tmp/x")
 

@@ -113,3 +113,18 @@ def test_right_size_respects_max_instances_oldest_first() -> None:
     assert [(s.reason, s.workload_ids) for s in result.skipped] == [
         (SkipReason.MAX_INSTANCES, ("ml-w2",))
     ]
+
+
+# -- work that ran before ---------------------------------------------------------------------
+
+
+def test_work_that_ran_before_bursts_only_when_allowed() -> None:
+    fresh = item(workload_ids=("fresh",))
+    rerun = item(attained_s=7200.0, workload_ids=("rerun",))
+    assert launched(fresh, rerun, policy=BurstPolicy(max_instances=None)) == ["fresh", "rerun"]
+    policy = BurstPolicy(max_instances=None, burst_restarted=False)
+    result = plan_burst(report(fresh, rerun), [], CATALOG, policy, PlannerState(), NOW)
+    assert launched_ids(result.launches) == ["fresh"]
+    assert [(s.workload_ids, s.reason) for s in result.skipped] == [
+        (("rerun",), SkipReason.RESTARTED)
+    ]
