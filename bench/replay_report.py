@@ -103,6 +103,8 @@ def main() -> int:
             knobs[f"{name}_s"] = getattr(args, name)
     if args.right_size is not None:
         knobs["right_size"] = args.right_size == "on"
+    if args.burst_restarted is not None:
+        knobs["burst_restarted"] = args.burst_restarted == "on"
     burst_policy = BurstPolicy(**knobs)
     if args.sweep:
         result = sweep(base, fleet, policy, catalog, args)
@@ -144,6 +146,7 @@ def main() -> int:
                 "max_instances",
                 "wait_per_gpu_s",
                 "right_size",
+                "burst_restarted",
             )
         },
         "matrix": matrix,
@@ -341,6 +344,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--cooldown", type=float, default=None)
     p.add_argument("--wait-per-gpu", type=float, default=None, help="burst: s of wait per GPU")
     p.add_argument("--right-size", choices=("on", "off"), default=None, help="burst: packing")
+    p.add_argument(
+        "--burst-restarted", choices=("on", "off"), default=None, help="burst: preempted work"
+    )
     p.add_argument(
         "--ordering", choices=("fifo", "las"), default=None, help="override the policy's ordering"
     )

@@ -89,6 +89,9 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     cloud.add_argument(
         "--right-size", choices=("on", "off"), default=None, help="an instance per workload"
     )
+    cloud.add_argument(
+        "--burst-restarted", choices=("on", "off"), default=None, help="burst preempted work"
+    )
     fgd = p.add_argument_group("Alibaba workload inflation (FGD)")
     fgd.add_argument(
         "--inflate",
@@ -335,6 +338,8 @@ def _burst_policy(args: argparse.Namespace) -> Any:
         knobs["markets"] = MarketPreference(args.markets)
     if args.right_size is not None:
         knobs["right_size"] = args.right_size == "on"
+    if args.burst_restarted is not None:
+        knobs["burst_restarted"] = args.burst_restarted == "on"
     return BurstPolicy(**knobs)
 
 
