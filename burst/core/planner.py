@@ -46,10 +46,12 @@ def plan_burst(
 ) -> BurstPlan:
     """Decide which instances to launch for `demand` and which of `fleet` to terminate.
 
-    Launches: demand older than `burst_after_s`, not already covered by a live instance launched
-    for it, for allowed teams, outside cooldowns; packed onto the offer that serves the most
-    workloads within max_instances and the $/h budgets, then the cheapest in total (spot where
-    the policy and the work allow it). Blocked offers (capacity errors) are skipped. Terminations:
+    Launches: demand older than its waiting budget (`burst_after_s` + `wait_per_gpu_s` per
+    GPU), not already covered by a live instance launched for it, for allowed teams, outside
+    cooldowns, and not work that ran before unless `burst_restarted`; packed (or, with
+    `right_size`, one workload per instance) onto the offer that serves the most workloads
+    within max_instances and the $/h budgets, then the cheapest in total (spot where the policy
+    and the work allow it). Blocked offers (capacity errors) are skipped. Terminations:
     instances idle longer than `idle_ttl_s` and not launched within `cooldown_s`, and instances
     whose spoke never joined within `boot_timeout_s`; never one running non-preemptible work.
 
