@@ -36,7 +36,7 @@ def unplaceable_demand(
     seq: int,
 ) -> DemandReport:
     """Group burstable pending work of teams allowed to burst by shape, oldest first."""
-    groups: dict[_Key, list[Workload]] = {}
+    groups: dict[tuple[_Key, bool], list[Workload]] = {}
     bursts: dict[str, bool] = {}  # team -> may burst: looked up once per team, not per item
     for item in unplaced:
         if item.reason not in BURSTABLE:
@@ -51,11 +51,14 @@ def unplaceable_demand(
         if not may_burst or spec.nodes > 1:
             # A gang must share one spoke, and a burst instance is a spoke of one node.
             continue
-        groups.setdefault(_group_key(spec, policy), []).append(workload)
+        # Work that ran before (preempted) gets items of its own (DemandItem.attained_s).
+        ran = workload.attained_gpu_s > 0
+        groups.setdefault((_group_key(spec, policy), ran), []).append(workload)
     items = []
     for key, members in groups.items():
         members.sort(key=lambda w: (w.submitted_at, w.id))
-        team, model, gpus, nodes, fraction, regions, spot_ok = key
+        (team, model, gpus, nodes, fraction, regions, spot_ok), _ = key
+        width = (fraction or gpus) * nodes
         items.append(
             DemandItem(
                 team=team,
@@ -68,6 +71,7 @@ def unplaceable_demand(
                 workload_ids=tuple(w.id for w in members[:MAX_WORKLOAD_IDS]),
                 regions=regions,
                 spot_ok=spot_ok,
+                attained_s=min(w.attained_gpu_s for w in members) / width,
             )
         )
     items.sort(key=lambda i: (-i.oldest_age_s, i.team, i.workload_ids))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hub.core.demand import unplaceable_demand
 from hub.core.model import Reason, Unplaced, Workload
 from hub.core.policy import Policy, Team
@@ -49,3 +51,15 @@ def test_work_never_preempted_is_never_sent_to_spot() -> None:
     unplaced = [Unplaced(w, Reason.INSUFFICIENT_FREE, "full") for w in work]
     report = unplaceable_demand(unplaced, work, Policy(), now=1, seq=1)
     assert {i.workload_ids[0]: i.spot_ok for i in report.items} == {"p": False, "b": True}
+
+
+def test_work_that_ran_before_is_its_own_item_with_its_attained_seconds_per_gpu() -> None:
+    # Two GPUs for an hour, then preempted.
+    ran = dataclasses.replace(pending("ran", at=0, gpus_per_node=2), attained_gpu_s=7200.0)
+    work = {w.id: w for w in [ran, pending("fresh", at=5, gpus_per_node=2)]}
+    unplaced = [Unplaced(w, Reason.INSUFFICIENT_FREE, "full") for w in work]
+    report = unplaceable_demand(unplaced, work, Policy(), now=100, seq=1)
+    assert {i.workload_ids: i.attained_s for i in report.items} == {
+        ("ran",): 3600.0,
+        ("fresh",): 0.0,
+    }
