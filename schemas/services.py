@@ -14,7 +14,14 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from schemas.common import DnsLabel, WireModel
-from schemas.workloads import SECRET_MASK, Affinity, GpuModel, RestartPolicy, WorkloadSpec
+from schemas.workloads import (
+    SECRET_MASK,
+    Affinity,
+    GpuModel,
+    RestartPolicy,
+    WorkloadSpec,
+    accept_secret_values,
+)
 
 #: Most replicas one service may ask for.
 MAX_REPLICAS = 64
@@ -38,19 +45,7 @@ class ReplicaTemplate(WireModel):
     @model_validator(mode="before")
     @classmethod
     def _accept_secret_values(cls, data: Any) -> Any:
-        # `env: {HF_TOKEN: {value: "...", secret: true}}`, as in a WorkloadSpec.
-        if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
-            return data
-        plain: dict[str, Any] = {}
-        secret = list(data.get("secret_env") or ())
-        for key, value in data["env"].items():
-            if isinstance(value, dict) and set(value) <= {"value", "secret"} and "value" in value:
-                plain[key] = value["value"]
-                if value.get("secret") is True and key not in secret:
-                    secret.append(key)
-            else:
-                plain[key] = value
-        return {**data, "env": plain, "secret_env": secret}
+        return accept_secret_values(data)  # as in a WorkloadSpec
 
     def workload_spec(
         self, *, name: str, team: str, priority_class: str, affinity: Affinity

@@ -90,6 +90,26 @@ class HubLoss(StrEnum):
     KEEP = "keep"
 
 
+def accept_secret_values(data: Any) -> Any:
+    """`env: {HF_TOKEN: {value: "...", secret: true}}` marks one value secret in place: the
+    value goes into env and its name into secret_env (for any spec with those two fields)."""
+    if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
+        return data
+    env = data["env"]
+    if not any(isinstance(v, dict) for v in env.values()):
+        return data
+    plain: dict[str, Any] = {}
+    secret = list(data.get("secret_env") or ())
+    for key, value in env.items():
+        if isinstance(value, dict) and set(value) <= {"value", "secret"} and "value" in value:
+            plain[key] = value["value"]
+            if value.get("secret") is True and key not in secret:
+                secret.append(key)
+        else:
+            plain[key] = value
+    return {**data, "env": plain, "secret_env": secret}
+
+
 class Affinity(WireModel):
     """Where a workload may (required) or would rather (preferred) run."""
 
@@ -195,22 +215,7 @@ class WorkloadSpec(WireModel):
     @model_validator(mode="before")
     @classmethod
     def _accept_secret_values(cls, data: Any) -> Any:
-        # `env: {HF_TOKEN: {value: "...", secret: true}}` marks one value secret in place.
-        if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
-            return data
-        env = data["env"]
-        if not any(isinstance(v, dict) for v in env.values()):
-            return data
-        plain: dict[str, Any] = {}
-        secret = list(data.get("secret_env") or ())
-        for key, value in env.items():
-            if isinstance(value, dict) and set(value) <= {"value", "secret"} and "value" in value:
-                plain[key] = value["value"]
-                if value.get("secret") is True and key not in secret:
-                    secret.append(key)
-            else:
-                plain[key] = value
-        return {**data, "env": plain, "secret_env": secret}
+        return accept_secret_values(data)
 
     @field_validator("command")
     @classmethod

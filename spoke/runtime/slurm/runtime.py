@@ -20,12 +20,12 @@ import structlog
 from schemas import EventPhase, RuntimeCapabilities, WorkloadKind
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.ports import EventSink, Launch, RuntimeEvent
+from spoke.runtime.processes import end_reason
 from spoke.runtime.slurm.jobs import SiteOptions, build_batch_job
 from spoke.runtime.slurm.record import JobRecord, Submitted
 from spoke.runtime.slurm.status import (
     RUNNING_STATES,
     Outcome,
-    exit_reason,
     final_outcome,
     hopeless,
     is_active,
@@ -311,7 +311,7 @@ class SlurmRuntime:
         elif state == "UNKNOWN":
             outcome = Outcome(
                 EventPhase.FAILED if exit_code != 0 else EventPhase.SUCCEEDED,
-                reason=exit_reason(exit_code) if exit_code != 0 else "",
+                reason=end_reason(exit_code) if exit_code != 0 else "",
                 exit_code=exit_code,
                 message="Slurm no longer knows the job; "
                 + ("its exit status file says" if exit_code is not None else "no exit status"),

@@ -5,10 +5,10 @@ Pure functions of the states `squeue` and `scontrol show job` print.
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 
 from schemas import EventPhase
+from spoke.runtime.processes import end_reason
 from spoke.slurm.parse import ACTIVE_STATES
 
 #: States in which the job's processes run.
@@ -72,24 +72,10 @@ def final_outcome(state: str, exit_code: int | None, slurm_reason: str = "") -> 
             exit_code=exit_code,
             message="Slurm preempted the job",
         )
-    reason = _FAILED_REASONS.get(state) or exit_reason(exit_code)
+    reason = _FAILED_REASONS.get(state) or end_reason(
+        exit_code
+    )  # named as the local runtime names them
     detail = f"job {state.lower()}"
     if slurm_reason and slurm_reason != "None":
         detail += f" ({slurm_reason})"
     return Outcome(EventPhase.FAILED, reason=reason, exit_code=exit_code, message=detail)
-
-
-def exit_reason(exit_code: int | None) -> str:
-    """The reason for a non-zero exit, named as the local runtime names it."""
-    if exit_code is None:
-        return "exit_unknown"
-    if exit_code == 127:
-        return "command_not_found"
-    if exit_code == 126:
-        return "not_executable"
-    if exit_code < 0:
-        try:
-            return signal.Signals(-exit_code).name
-        except ValueError:
-            return f"signal_{-exit_code}"
-    return "exit_code"
