@@ -32,6 +32,7 @@ from spoke.agent import SpokeAgent
 from spoke.inventory.static import StaticInventory
 from spoke.ports import NodeInventory
 from spoke.settings import SpokeSettings
+from tests.support.processes import kill_workloads_under
 from tests.support.wait import wait_until
 
 
@@ -202,6 +203,8 @@ class InProcessFederation:
             await self.api.aclose()
         if self.hub is not None:
             self.hub.store.close()
+        # Spokes leave their workloads running for a restarted spoke to adopt; none will come.
+        kill_workloads_under(self.root)
 
     def _spawn(self, name: str, run: Callable[[asyncio.Event], Any]) -> None:
         stop = asyncio.Event()
