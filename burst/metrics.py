@@ -11,10 +11,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from burst.service import BurstController
+from bus.metric_families import Spec, build, counter, describe, gauge, nats_reconnects
 from schemas.burst import InstanceState
 
 
@@ -27,10 +28,10 @@ class BurstMetrics(Collector):
         self.registry.register(self)
 
     def describe(self) -> Iterable[Metric]:
-        return list(_families().values())
+        return describe(_SPECS)
 
     def collect(self) -> Iterable[Metric]:
-        f = _families()
+        f = build(_SPECS)
         c = self.controller
         provider = c.provider.name
         states: dict[str, int] = defaultdict(int)
@@ -60,54 +61,47 @@ class BurstMetrics(Collector):
         yield from f.values()
 
 
-def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
-    return {
-        "instances": GaugeMetricFamily(
-            "gpufed_burst_controller_instances",
-            "Instances the controller tracks, by state.",
-            labels=["provider", "state"],
-        ),
-        "rate": GaugeMetricFamily(
-            "gpufed_burst_spend_rate_dollars_per_hour",
-            "What the live instances (booting, running, terminating) cost per hour.",
-            labels=["provider"],
-        ),
-        "team_rate": GaugeMetricFamily(
-            "gpufed_burst_team_spend_rate_dollars_per_hour",
-            "What a team's live instances cost per hour.",
-            labels=["provider", "team"],
-        ),
-        "max_rate": GaugeMetricFamily(
-            "gpufed_burst_max_dollars_per_hour",
-            "The $/h the whole burst fleet may cost (absent: no limit).",
-            labels=["provider"],
-        ),
-        "max_instances": GaugeMetricFamily(
-            "gpufed_burst_max_instances",
-            "Live instances allowed at once (absent: no limit).",
-            labels=["provider"],
-        ),
-        "spend": CounterMetricFamily(
-            "gpufed_burst_team_spend_dollars",
-            "Dollars accrued by a team's instances since the controller started.",
-            labels=["provider", "team"],
-        ),
-        "budget": GaugeMetricFamily(
-            "gpufed_burst_team_budget_dollars",
-            "A team's total burst budget: no launch once it is spent.",
-            labels=["provider", "team"],
-        ),
-        "team_max_rate": GaugeMetricFamily(
-            "gpufed_burst_team_max_dollars_per_hour",
-            "The $/h a team's live instances may cost.",
-            labels=["provider", "team"],
-        ),
-        "rounds": CounterMetricFamily(
-            "gpufed_burst_rounds", "Planning rounds run.", labels=["provider"]
-        ),
-        "reconnects": CounterMetricFamily(
-            "gpufed_nats_reconnects",
-            "Times the NATS connection was re-established.",
-            labels=["provider"],
-        ),
-    }
+_SPECS: dict[str, Spec] = {
+    "instances": gauge(
+        "gpufed_burst_controller_instances",
+        "Instances the controller tracks, by state.",
+        "provider state",
+    ),
+    "rate": gauge(
+        "gpufed_burst_spend_rate_dollars_per_hour",
+        "What the live instances (booting, running, terminating) cost per hour.",
+        "provider",
+    ),
+    "team_rate": gauge(
+        "gpufed_burst_team_spend_rate_dollars_per_hour",
+        "What a team's live instances cost per hour.",
+        "provider team",
+    ),
+    "max_rate": gauge(
+        "gpufed_burst_max_dollars_per_hour",
+        "The $/h the whole burst fleet may cost (absent: no limit).",
+        "provider",
+    ),
+    "max_instances": gauge(
+        "gpufed_burst_max_instances",
+        "Live instances allowed at once (absent: no limit).",
+        "provider",
+    ),
+    "spend": counter(
+        "gpufed_burst_team_spend_dollars",
+        "Dollars accrued by a team's instances since the controller started.",
+        "provider team",
+    ),
+    "budget": gauge(
+        "gpufed_burst_team_budget_dollars",
+        "A team's total burst budget: no launch once it is spent.",
+        "provider team",
+    ),
+    "team_max_rate": gauge(
+        "gpufed_burst_team_max_dollars_per_hour",
+        "The $/h a team's live instances may cost.",
+        "provider team",
+    ),
+    "rounds": counter("gpufed_burst_rounds", "Planning rounds run.", "provider"),
+    "reconnects": nats_reconnects("Times the NATS connection was re-established.", "provider"),
+}

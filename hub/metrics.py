@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from bus.metric_families import Spec, build, counter, describe, gauge, nats_reconnects
 from hub.core.policy import Policy
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.usage import InstanceBill, team_cost
@@ -133,12 +134,12 @@ class StateCollector(Collector):
         self.view = view
 
     def describe(self) -> Iterable[Metric]:
-        return list(_families().values())
+        return describe(_SPECS)
 
     def collect(self) -> Iterable[Metric]:
         view = self.view
         now = view.clock()
-        f = _families()
+        f = build(_SPECS)
         queue: dict[tuple[str, str, str], int] = defaultdict(int)
         oldest: dict[str, float] = {}
         phases: dict[str, int] = defaultdict(int)
@@ -221,62 +222,51 @@ def guarantees(policy: Policy) -> Iterator[tuple[str, str, float]]:
             yield team.name, model, quota.guaranteed
 
 
-def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
-    return {
-        "queue": GaugeMetricFamily(
-            "gpufed_queue_workloads",
-            "Workloads waiting, by team, priority class and the reason they wait.",
-            labels=["team", "priority_class", "reason"],
-        ),
-        "oldest": GaugeMetricFamily(
-            "gpufed_queue_oldest_age_seconds",
-            "Age of each team's oldest waiting workload.",
-            labels=["team"],
-        ),
-        "workloads": GaugeMetricFamily(
-            "gpufed_workloads", "Non-terminal workloads by phase.", labels=["phase"]
-        ),
-        "capacity": GaugeMetricFamily(
-            "gpufed_gpus_capacity", "GPUs a spoke has.", labels=["spoke", "gpu_model"]
-        ),
-        "allocated": GaugeMetricFamily(
-            "gpufed_gpus_allocated", "GPUs in use on a spoke.", labels=["spoke", "gpu_model"]
-        ),
-        "free": GaugeMetricFamily(
-            "gpufed_gpus_free", "GPUs on offer on a spoke.", labels=["spoke", "gpu_model"]
-        ),
-        "lease": GaugeMetricFamily(
-            "gpufed_spoke_lease",
-            "1 for the state a spoke's lease is in (ready, suspect, lost), else 0.",
-            labels=["spoke", "state"],
-        ),
-        "seen": GaugeMetricFamily(
-            "gpufed_spoke_last_report_age_seconds",
-            "Seconds since the spoke's last capacity report.",
-            labels=["spoke"],
-        ),
-        "team_alloc": GaugeMetricFamily(
-            "gpufed_team_gpus_allocated",
-            "GPUs a team's placed and running work holds.",
-            labels=["team", "gpu_model"],
-        ),
-        "team_guar": GaugeMetricFamily(
-            "gpufed_team_gpus_guaranteed",
-            "GPUs the policy guarantees a team ('*' is any model).",
-            labels=["team", "gpu_model"],
-        ),
-        "instances": GaugeMetricFamily(
-            "gpufed_burst_instances",
-            "Cloud instances rented by burst, by state.",
-            labels=["state"],
-        ),
-        "spend": CounterMetricFamily(
-            "gpufed_cloud_spend_dollars",
-            "Dollars billed for burst instances (boot, idle and busy time), by the team whose "
-            "demand launched them.",
-            labels=["team"],
-        ),
-        "reconnects": CounterMetricFamily(
-            "gpufed_nats_reconnects", "Times the hub's NATS connection was re-established."
-        ),
-    }
+_SPECS: dict[str, Spec] = {
+    "queue": gauge(
+        "gpufed_queue_workloads",
+        "Workloads waiting, by team, priority class and the reason they wait.",
+        "team priority_class reason",
+    ),
+    "oldest": gauge(
+        "gpufed_queue_oldest_age_seconds",
+        "Age of each team's oldest waiting workload.",
+        "team",
+    ),
+    "workloads": gauge("gpufed_workloads", "Non-terminal workloads by phase.", "phase"),
+    "capacity": gauge("gpufed_gpus_capacity", "GPUs a spoke has.", "spoke gpu_model"),
+    "allocated": gauge("gpufed_gpus_allocated", "GPUs in use on a spoke.", "spoke gpu_model"),
+    "free": gauge("gpufed_gpus_free", "GPUs on offer on a spoke.", "spoke gpu_model"),
+    "lease": gauge(
+        "gpufed_spoke_lease",
+        "1 for the state a spoke's lease is in (ready, suspect, lost), else 0.",
+        "spoke state",
+    ),
+    "seen": gauge(
+        "gpufed_spoke_last_report_age_seconds",
+        "Seconds since the spoke's last capacity report.",
+        "spoke",
+    ),
+    "team_alloc": gauge(
+        "gpufed_team_gpus_allocated",
+        "GPUs a team's placed and running work holds.",
+        "team gpu_model",
+    ),
+    "team_guar": gauge(
+        "gpufed_team_gpus_guaranteed",
+        "GPUs the policy guarantees a team ('*' is any model).",
+        "team gpu_model",
+    ),
+    "instances": gauge(
+        "gpufed_burst_instances",
+        "Cloud instances rented by burst, by state.",
+        "state",
+    ),
+    "spend": counter(
+        "gpufed_cloud_spend_dollars",
+        "Dollars billed for burst instances (boot, idle and busy time), by the team whose demand "
+        "launched them.",
+        "team",
+    ),
+    "reconnects": nats_reconnects("Times the hub's NATS connection was re-established."),
+}

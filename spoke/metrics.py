@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable
 
 import structlog
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from bus.metric_families import Spec, build, counter, describe, gauge, nats_reconnects
 from spoke.agent import SpokeAgent
 from spoke.telemetry import (
     Device,
@@ -30,7 +31,7 @@ from spoke.telemetry import (
 
 log = structlog.get_logger(__name__)
 
-DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "spoke"]
+DCGM_LABELS = "gpu UUID device modelName Hostname spoke"
 #: Why the spoke dropped a command (the agent's counters of the same names).
 COMMAND_DROPS = ("malformed", "duplicate", "stale")
 
@@ -74,10 +75,10 @@ class SpokeMetrics(Collector):
         self.idle = idle_since(self.idle, samples, held, self.clock())
 
     def describe(self) -> Iterable[Metric]:
-        return list(_families().values())
+        return describe(_SPECS)
 
     def collect(self) -> Iterable[Metric]:
-        f = _families()
+        f = build(_SPECS)
         agent = self.agent
         spoke = agent.settings.id
         held = allocated_devices(agent.journal.state.allocations)
@@ -105,48 +106,35 @@ class SpokeMetrics(Collector):
         yield from f.values()
 
 
-def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
-    return {
-        "util": GaugeMetricFamily(
-            "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=DCGM_LABELS
-        ),
-        "fb_used": GaugeMetricFamily(
-            "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=DCGM_LABELS
-        ),
-        "fb_free": GaugeMetricFamily(
-            "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=DCGM_LABELS
-        ),
-        "allocated": GaugeMetricFamily(
-            "gpufed_gpu_allocated",
-            "1 while gpufed work holds the device (whole or a share), else 0.",
-            labels=["spoke", "Hostname", "gpu", "gpu_model"],
-        ),
-        "idle": GaugeMetricFamily(
-            "gpufed_gpus_allocated_idle",
-            "Allocated GPUs under 5 % busy for 10 minutes without a break.",
-            labels=["spoke", "gpu_model"],
-        ),
-        "running": GaugeMetricFamily(
-            "gpufed_spoke_workloads_running", "Workloads running on the spoke.", labels=["spoke"]
-        ),
-        "pending": GaugeMetricFamily(
-            "gpufed_spoke_events_pending",
-            "Workload events journaled and not yet acknowledged by the hub.",
-            labels=["spoke"],
-        ),
-        "dropped": CounterMetricFamily(
-            "gpufed_spoke_commands_dropped",
-            "Commands dropped: malformed, duplicate decision, or for a superseded epoch.",
-            labels=["spoke", "reason"],
-        ),
-        "events_dropped": CounterMetricFamily(
-            "gpufed_spoke_events_dropped",
-            "Workload events dropped because the journal's outbox was full.",
-            labels=["spoke"],
-        ),
-        "reconnects": CounterMetricFamily(
-            "gpufed_nats_reconnects",
-            "Times the NATS connection was re-established.",
-            labels=["spoke"],
-        ),
-    }
+_SPECS: dict[str, Spec] = {
+    "util": gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", DCGM_LABELS),
+    "fb_used": gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", DCGM_LABELS),
+    "fb_free": gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", DCGM_LABELS),
+    "allocated": gauge(
+        "gpufed_gpu_allocated",
+        "1 while gpufed work holds the device (whole or a share), else 0.",
+        "spoke Hostname gpu gpu_model",
+    ),
+    "idle": gauge(
+        "gpufed_gpus_allocated_idle",
+        "Allocated GPUs under 5 % busy for 10 minutes without a break.",
+        "spoke gpu_model",
+    ),
+    "running": gauge("gpufed_spoke_workloads_running", "Workloads running on the spoke.", "spoke"),
+    "pending": gauge(
+        "gpufed_spoke_events_pending",
+        "Workload events journaled and not yet acknowledged by the hub.",
+        "spoke",
+    ),
+    "dropped": counter(
+        "gpufed_spoke_commands_dropped",
+        "Commands dropped: malformed, duplicate decision, or for a superseded epoch.",
+        "spoke reason",
+    ),
+    "events_dropped": counter(
+        "gpufed_spoke_events_dropped",
+        "Workload events dropped because the journal's outbox was full.",
+        "spoke",
+    ),
+    "reconnects": nats_reconnects("Times the NATS connection was re-established.", "spoke"),
+}
