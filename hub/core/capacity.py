@@ -6,6 +6,10 @@ and keeps its shared devices sorted by the share still free. Finding the fullest
 fits `g` GPUs is then a shift and a bit trick per pool, not a scan of nodes.
 
 The snapshot is never mutated: free tuples are replaced, shared maps are copied on setup.
+
+A `Capacity` may outlive one plan (`hub.core.planstate` keeps one across cycles): `begin()`
+makes every pool note a node's free devices before a plan first changes them, `rollback()`
+puts them back, and `set_free()` applies a node's new free devices from a later snapshot.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Pool:
         "nodes",
         "price",
         "region",
+        "saved",
         "shared",
         "shared_sorted",
         "spoke",
@@ -58,6 +63,8 @@ class Pool:
         self.mask = 0  # bit k set when by_k[k] is non-empty
         self.total = 0  # GPUs in the pool
         self._sizes: dict[int, int] | None = None  # GPUs per node -> nodes
+        # While a plan runs on a kept Capacity: node -> (free, shares) before the plan took any.
+        self.saved: dict[int, tuple[tuple[int, ...], dict[int, float] | None]] | None = None
 
     def nodes_with(self, g: int) -> int:
         """How many nodes of the pool have at least `g` GPUs in all (free or not)."""
@@ -77,6 +84,8 @@ class Pool:
 
     def take_whole(self, i: int, g: int) -> tuple[int, ...]:
         """Give away the `g` lowest free devices of node `i`."""
+        if self.saved is not None:
+            self._save(i)
         free = self.free[i]
         k = len(free)
         self.free[i] = free[g:]
@@ -92,6 +101,8 @@ class Pool:
 
     def take_share(self, i: int, device: int, fraction: float) -> None:
         """Give `fraction` of shared device `device` of node `i`."""
+        if self.saved is not None:
+            self._save(i)
         shares = self.shared[i]
         left = shares[device]
         if left > EPS:
@@ -103,18 +114,47 @@ class Pool:
 
     def share_whole(self, i: int, fraction: float) -> int:
         """Turn the lowest free device of node `i` into a shared one and give `fraction` of it."""
+        if self.saved is not None:
+            self._save(i)
         (device,) = self.take_whole(i, 1)
         self.shared.setdefault(i, {})[device] = 1.0
         insort(self.shared_sorted, (1.0, i, device))
         self.take_share(i, device, fraction)
         return device
 
+    def set_free(self, i: int, free: tuple[int, ...], shares: dict[int, float] | None) -> None:
+        """Make node `i`'s free devices `free` and its shared ones `shares` (a map this pool
+        may keep), as setting the pool up from a snapshot with them would have."""
+        old = self.shared.get(i)
+        if old:
+            for device, left in old.items():
+                if left > EPS:
+                    del self.shared_sorted[bisect_left(self.shared_sorted, (left, i, device))]
+        if shares is None:
+            self.shared.pop(i, None)
+        else:
+            self.shared[i] = shares
+            for device, left in shares.items():
+                if left > EPS:
+                    insort(self.shared_sorted, (left, i, device))
+        k = len(self.free[i])
+        self.free[i] = free
+        if k != len(free):
+            self._move(i, k, len(free))
+
+    def _save(self, i: int) -> None:
+        saved = self.saved
+        if saved is not None and i not in saved:
+            shares = self.shared.get(i)
+            saved[i] = (self.free[i], None if shares is None else dict(shares))
+
     def _move(self, i: int, old: int, new: int) -> None:
-        bucket = self.by_k[old]
-        bucket.discard(i)
-        if not bucket:
-            del self.by_k[old]
-            self.mask &= ~(1 << old)
+        if old > 0:
+            bucket = self.by_k[old]
+            bucket.discard(i)
+            if not bucket:
+                del self.by_k[old]
+                self.mask &= ~(1 << old)
         if new > 0:
             bucket = self.by_k.get(new)  # type: ignore[assignment]
             if bucket is None:
@@ -149,6 +189,20 @@ class Capacity:
             spoke.capabilities.model_copy(update={"mig_profiles": ()}) != unlimited
             for spoke in snapshot.spokes
         )
+
+    def begin(self) -> None:
+        """From now on every pool notes a node's free devices before it first changes them."""
+        for pool in self.pools:
+            pool.saved = {}
+
+    def rollback(self) -> None:
+        """Put back what changed since `begin()`: the plan's takes never outlive it."""
+        for pool in self.pools:
+            saved = pool.saved
+            pool.saved = None
+            if saved:
+                for i, (free, shares) in saved.items():
+                    pool.set_free(i, free, shares)
 
     def view(self, model: str, cloud: bool) -> tuple[list[Pool], set[int]]:
         """Pools of `model` (on-prem only unless `cloud`) in static rank order, and their ids.
@@ -198,9 +252,12 @@ class Capacity:
             i = len(pool.nodes)
             pool.nodes.append(node)
             pool.total += node.gpu_count
-            free = node.free
-            if node.free_fraction:
-                free = self._add_shared(pool, i, node)
+            free, shares = node_free(node)
+            if shares is not None:
+                pool.shared[i] = shares
+                for device, left in shares.items():
+                    if left > EPS:
+                        insort(pool.shared_sorted, (left, i, device))
             pool.free.append(free)
             k = len(free)
             if k:
@@ -217,12 +274,11 @@ class Capacity:
         self.pools_by_model.setdefault(model, []).append(pool)
         return pool
 
-    @staticmethod
-    def _add_shared(pool: Pool, i: int, node: Node) -> tuple[int, ...]:
-        # A device listed both as free and as shared counts as shared: never over-commit.
-        shares = {d: min(1.0, max(0.0, left)) for d, left in node.free_fraction.items()}
-        pool.shared[i] = shares
-        for device, left in shares.items():
-            if left > EPS:
-                insort(pool.shared_sorted, (left, i, device))
-        return tuple(d for d in node.free if d not in shares)
+
+def node_free(node: Node) -> tuple[tuple[int, ...], dict[int, float] | None]:
+    """A node's wholly free devices and its shared ones (None when it shares none)."""
+    if not node.free_fraction:
+        return node.free, None
+    # A device listed both as free and as shared counts as shared: never over-commit.
+    shares = {d: min(1.0, max(0.0, left)) for d, left in node.free_fraction.items()}
+    return tuple(d for d in node.free if d not in shares), shares

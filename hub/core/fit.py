@@ -148,6 +148,16 @@ def build_sig(
     return sig
 
 
+def fresh_sig(static: Sig) -> Sig:
+    """A signature with `static`'s pools and empty failure caches (for a new plan)."""
+    sig = Sig(static.key)
+    sig.by_model = static.by_model
+    sig.pool_ids = static.pool_ids
+    sig.miss = static.miss
+    sig.eligible = static.eligible
+    return sig
+
+
 def model_rank(spec: WorkloadSpec, model: str) -> int:
     """0 for the most preferred acceptable model; every model ranks 0 when any will do."""
     return spec.gpu_models.index(model) if spec.gpu_models else 0

@@ -25,9 +25,11 @@ from hub.core.fairshare import queue_order
 from hub.core.fit import (
     Fit,
     Sig,
+    SigKey,
     build_sig,
     capability_needs,
     find,
+    fresh_sig,
     model_rank,
     sig_key,
     take,
@@ -46,7 +48,7 @@ from hub.core.policy import Policy, PriorityClass, Team
 from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
 from hub.core.reserve import hold, oldest_starts
-from hub.core.victims import Victims, tally
+from hub.core.victims import Tally, Victims, tally
 from schemas import WorkloadSpec
 
 
@@ -60,9 +62,42 @@ def plan(
     """Place what fits, preempt where the rules allow, explain the rest.
 
     Pure: reads only its arguments and never mutates them; the same arguments give the same
-    plan.
+    plan. This is the reference: `hub.core.planstate.PlanState` gives the same plan from state
+    it keeps between cycles.
     """
-    return _Planner(snapshot, running, policy, now).run(pending)
+    capacity = Capacity(snapshot)
+    work = tally(running, capacity.model_of)
+    return plan_on(capacity, work, pending, running, policy, now)
+
+
+def plan_on(
+    capacity: Capacity,
+    work: Tally,
+    pending: Sequence[Workload],
+    running: Sequence[RunningWorkload],
+    policy: Policy,
+    now: float,
+    kept: Kept | None = None,
+) -> Plan:
+    """`plan()` on a fleet and a tally of `running` built already (and changed by the plan).
+
+    `kept`: what depends only on the fleet's make-up (not its free devices), carried from
+    earlier plans on the same `capacity`.
+    """
+    return _Planner(capacity, work, running, policy, now, kept).run(pending)
+
+
+class Kept:
+    """Per signature, its pools; per signature and shape, why it never fits.
+
+    Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
+    """
+
+    __slots__ = ("never", "sigs")
+
+    def __init__(self) -> None:
+        self.sigs: dict[object, Sig] = {}
+        self.never: dict[tuple[object, ...], explain.Why | None] = {}
 
 
 class _Planner:
@@ -70,23 +105,28 @@ class _Planner:
 
     def __init__(
         self,
-        snapshot: Snapshot,
+        capacity: Capacity,
+        work: Tally,
         running: Sequence[RunningWorkload],
         policy: Policy,
         now: float,
+        kept: Kept | None,
     ) -> None:
         self.policy = policy
         self.now = now
         self.running = running
-        self.capacity = Capacity(snapshot)
+        self.capacity = capacity
         self.models = self.capacity.model_of
         self.ledger = Ledger(policy, self.capacity.total_by_model)
-        self.tally = tally(running, self.models)
+        self.tally = work
+        self.kept = kept
         for (team, model, preempting, name), amount in sorted(self.tally.sums.items()):
             value = policy.priority(name)
             self.ledger.add(team, model, amount, value, preempting=preempting)
         self.sigs: dict[object, Sig] = {}
-        self.never: dict[tuple[object, ...], explain.Why | None] = {}
+        self.never: dict[tuple[object, ...], explain.Why | None] = (
+            {} if kept is None else kept.never
+        )
         # (team, signature, model) -> (class value, shape) that found no room by preemption
         self.no_rescue: dict[tuple[str, object, str, int], list[tuple[int, _Shape]]] = {}
         self._victims: Victims | None = None
@@ -159,9 +199,7 @@ class _Planner:
         key = sig_key(spec, team.may_burst, reserved_key, needs)
         sig = self.sigs.get(key)
         if sig is None:
-            sig = self.sigs[key] = build_sig(
-                key, spec, self.capacity, team.may_burst, spec.team, avoid
-            )
+            sig = self.sigs[key] = self._sig(key, spec, team.may_burst, avoid)
         amount = spec.total_gpus
         best: Fit | None = None
         best_model = ""
@@ -208,6 +246,18 @@ class _Planner:
                 self.gen += 1  # not the same answer for the next gang of this class
                 message += f"; holding {spec.nodes} nodes of spoke {spoke} for it"
         self.unplaced.append(Unplaced(workload.id, reason, message))
+
+    def _sig(self, key: SigKey, spec: WorkloadSpec, may_burst: bool, avoid: frozenset[str]) -> Sig:
+        """A signature with fresh failure caches (free devices change between plans)."""
+        kept = self.kept
+        static = kept.sigs.get(key) if kept is not None else None
+        if static is None:
+            static = build_sig(key, spec, self.capacity, may_burst, spec.team, avoid)
+            if kept is not None:
+                kept.sigs[key] = static
+                static = fresh_sig(static)
+            return static
+        return fresh_sig(static)
 
     def _may_hold(self, workload: Workload) -> bool:
         """A wide gang that waited long enough, while this plan may still hold nodes."""

@@ -1,0 +1,190 @@
+"""The kept placement state (hub.core.planstate) plans exactly as plan() does from scratch.
+
+Random worlds go through random sequences of submissions, cycles (whose placements start and
+whose preemptions begin stopping), ends, stops, capacity changes (a device taken outside the
+hub, a spoke that stops accepting work, a node cordoned) and policy changes; after every step
+the kept state's plan must equal the from-scratch plan (placements, preemptions, reasons, in
+the same order) and its state must equal one set up from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Workload
+from hub.core.placement import plan
+from hub.core.planstate import PlanState
+from hub.core.policy import Policy
+from schemas import Assignment
+from tests.unit.hub.core.builders import fleet, node, spec, spoke
+from tests.unit.hub.core.test_properties import fleets, policies, shapes
+
+NOW = 50_000.0
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+STEPS = (
+    *("submit", "submit", "cycle", "cycle", "cycle", "end", "end"),
+    *("stop", "capacity", "policy", "fresh"),
+)
+
+
+@dataclass
+class World:
+    base: Snapshot  # the fleet with every device free
+    policy: Policy
+    now: float = NOW
+    running: dict[str, RunningWorkload] = field(default_factory=dict)
+    pending: dict[str, Workload] = field(default_factory=dict)
+    outside: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # not the hub's
+    serial: int = 0
+    # Node views by content: unchanged nodes are the same objects from snapshot to snapshot.
+    views: dict[tuple[object, ...], tuple[Node, Node]] = field(default_factory=dict)
+
+    def snapshot(self) -> Snapshot:
+        taken: dict[tuple[str, str], list[Assignment]] = {}
+        for r in self.running.values():
+            for a in r.assignments:
+                taken.setdefault((r.spoke_id, a.node), []).append(a)
+        spokes = []
+        for s in self.base.spokes:
+            nodes = []
+            for n in s.nodes:
+                free = set(n.free) - self.outside.get((s.id, n.name), set())
+                shared: dict[int, float] = {}
+                for a in taken.get((s.id, n.name), ()):
+                    for d in a.devices:
+                        if a.fraction is None:
+                            free.discard(d)
+                        else:
+                            if d in free:
+                                free.discard(d)
+                                shared[d] = 1.0
+                            shared[d] = shared.get(d, 1.0) - a.fraction
+                key = (s.id, id(n), tuple(sorted(free)), tuple(sorted(shared.items())))
+                seen = self.views.get(key)
+                if seen is None or seen[0] is not n:
+                    seen = self.views[key] = (
+                        n,
+                        replace(n, free=tuple(sorted(free)), free_fraction=shared),
+                    )
+                nodes.append(seen[1])
+            spokes.append(replace(s, nodes=tuple(nodes)))
+        return Snapshot(tuple(spokes))
+
+    def apply(self, result: Plan) -> None:
+        for p in result.placements:
+            w = self.pending.pop(p.workload_id)
+            self.running[w.id] = RunningWorkload(
+                w.id, w.spec, p.spoke_id, p.assignments, self.now, attained_gpu_s=w.attained_gpu_s
+            )
+        for v in result.preemptions:
+            r = self.running[v.workload_id]
+            self.running[r.id] = replace(r, preempting=True, preempted_for=v.for_workload or None)
+
+
+def step(world: World, state: PlanState, data: st.DataObject) -> None:
+    kind = data.draw(st.sampled_from(STEPS))
+    world.now += data.draw(st.sampled_from((0.0, 1.0, 600.0)))
+    if kind == "submit":
+        for _ in range(data.draw(st.integers(1, 8))):
+            world.serial += 1
+            wid = f"w{world.serial}"
+            world.pending[wid] = Workload(
+                wid,
+                spec(**data.draw(shapes())),
+                world.now - data.draw(st.sampled_from((0.0, 100.0, 5000.0))),
+                attained_gpu_s=data.draw(st.sampled_from((0.0, 0.0, 30.0, 5000.0))),
+            )
+    elif kind == "cycle":
+        world.apply(check(world, state))
+    elif kind == "end" and world.running:
+        del world.running[data.draw(st.sampled_from(sorted(world.running)))]
+    elif kind == "stop":  # stopping work ends, and comes back to the queue
+        for r in [r for r in world.running.values() if r.preempting]:
+            del world.running[r.id]
+            world.pending[r.id] = Workload(r.id, r.spec, r.started_at, attained_gpu_s=100.0)
+            if r.preempted_for in world.pending:
+                claimant = world.pending[r.preempted_for]
+                world.pending[claimant.id] = replace(claimant, claims_freed=True)
+    elif kind == "capacity":
+        world.base = change_fleet(world, data)
+    elif kind == "policy":
+        world.policy = data.draw(policies())
+    elif kind == "fresh":  # equal nodes, new objects: compared by value, not identity
+        world.views = {}
+
+
+def change_fleet(world: World, data: st.DataObject) -> Snapshot:
+    spokes = list(world.base.spokes)
+    s = data.draw(st.integers(0, len(spokes) - 1))
+    spoke = spokes[s]
+    what = data.draw(st.sampled_from(("outside", "outside", "accepts", "cordon")))
+    if what == "accepts":
+        spokes[s] = replace(spoke, accepts_work=not spoke.accepts_work)
+    elif what == "cordon":
+        nodes = list(spoke.nodes)
+        n = data.draw(st.integers(0, len(nodes) - 1))
+        nodes[n] = replace(nodes[n], schedulable=not nodes[n].schedulable)
+        spokes[s] = replace(spoke, nodes=tuple(nodes))
+    else:  # a device taken or given back outside the hub's placements
+        node = spoke.nodes[data.draw(st.integers(0, len(spoke.nodes) - 1))]
+        outside = world.outside.setdefault((spoke.id, node.name), set())
+        device = data.draw(st.integers(0, node.gpu_count - 1))
+        outside.symmetric_difference_update({device})
+    return Snapshot(tuple(spokes))
+
+
+def check(world: World, state: PlanState) -> Plan:
+    snapshot = world.snapshot()
+    pending = list(world.pending.values())
+    running = list(world.running.values())
+    expected = plan(snapshot, pending, running, world.policy, world.now)
+    assert state.plan(snapshot, pending, running, world.policy, world.now) == expected
+    assert state.verify(snapshot, running) == []
+    return expected
+
+
+@SETTINGS
+@given(fleets(), policies(), st.data())
+def test_kept_state_plans_as_from_scratch(
+    base: Snapshot, policy: Policy, data: st.DataObject
+) -> None:
+    world = World(base, policy)
+    state = PlanState()
+    for _ in range(data.draw(st.integers(1, 24))):
+        step(world, state, data)
+        check(world, state)
+
+
+def test_kept_state_is_not_set_up_again_while_only_free_devices_change() -> None:
+    world = World(fleet(spoke("s0", node("n0", "H100", 8), node("n1", "H100", 8))), Policy())
+    state = PlanState()
+    for i in range(6):
+        world.pending[f"w{i}"] = Workload(f"w{i}", spec(gpus=4), NOW)
+        world.apply(check(world, state))
+        if i % 2:
+            del world.running[f"w{i}"]
+    assert len(world.running) == 3
+    assert state.rebuilds == 1
+
+
+def test_a_plan_that_raises_leaves_no_devices_taken() -> None:
+    world = World(fleet(spoke("s0", node("n0", "H100", 8))), Policy())
+    world.pending["w"] = Workload("w", spec(gpus=4), NOW)
+    state = PlanState()
+
+    class Boom(Exception):
+        pass
+
+    class BadPending(list[Workload]):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            yield from super().__iter__()
+            raise Boom
+
+    with pytest.raises(Boom):
+        state.plan(world.snapshot(), BadPending(world.pending.values()), [], world.policy, NOW)
+    assert check(world, state).placements  # the 8 GPUs are all there again
