@@ -6,15 +6,19 @@ A fleet of 100 spokes x 64 nodes x 8 GPUs (H100/A100/L4, four regions, some clou
 
 - placements_per_s: one full plan() from an empty fleet, placements / wall seconds;
 - incremental_cycle_ms_p50 / _p99: after that, per iteration some work completes, last cycle's
-  victims stop and are requeued, 100 new workloads arrive, and one full plan() runs over
-  everything pending (only plan() is timed);
+  victims stop and are requeued, 100 new workloads arrive, and one plan runs over everything
+  pending (only the plan is timed). The plan is the hub's: `hub.core.planstate.PlanState`,
+  which keeps the fleet and the tally of running work between cycles and follows the changed
+  nodes and workloads; `--from-scratch` times `hub.core.placement.plan()`, which sets both up
+  from the whole snapshot each time (the same plans: `--check` compares every cycle);
 - pending, gpus: the size of the first cycle.
 
 Before each timed cycle the bench calls gc.freeze(), as a long-running hub can: the world this
 process holds is large, and a full cyclic-GC pass over it (about 100 ms here) would land inside
 a cycle now and then. `--gc` leaves the collector as it is, to see that effect.
 
-Run: .venv/bin/python bench/placement.py [--iterations N] [--seed S] [--gc]
+Run: .venv/bin/python bench/placement.py [--iterations N] [--seed S] [--gc] [--from-scratch]
+     [--check]
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 
 from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.placement import plan
+from hub.core.planstate import PlanState
 from hub.core.policy import Department, Policy, Quota, Team
 from schemas import SpokeKind, WorkloadSpec
 
@@ -49,6 +54,14 @@ class NodeState:
     model: str
     free: set[int] = field(default_factory=lambda: set(range(GPUS)))
     shared: dict[int, float] = field(default_factory=dict)
+    view: Node | None = None  # as the last snapshot showed it; None once it changed
+
+    def node(self) -> Node:
+        if self.view is None:
+            self.view = Node(
+                self.name, self.model, GPUS, tuple(sorted(self.free)), dict(self.shared)
+            )
+        return self.view
 
 
 @dataclass
@@ -59,6 +72,23 @@ class SpokeState:
     price: float
     labels: dict[str, str]
     nodes: dict[str, NodeState]
+    view: Spoke | None = None
+
+    def spoke(self) -> Spoke:
+        if self.view is None:
+            self.view = Spoke(
+                id=self.id,
+                region=self.region,
+                kind=self.kind,
+                nodes=tuple(n.node() for n in self.nodes.values()),
+                labels=self.labels,
+                price_per_gpu_hour=self.price,
+            )
+        return self.view
+
+    def touch(self, node: NodeState) -> None:
+        node.view = None
+        self.view = None
 
 
 class Fleet:
@@ -85,22 +115,9 @@ class Fleet:
         self.running: dict[str, RunningWorkload] = {}
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(
-            tuple(
-                Spoke(
-                    id=s.id,
-                    region=s.region,
-                    kind=s.kind,
-                    nodes=tuple(
-                        Node(n.name, n.model, GPUS, tuple(sorted(n.free)), dict(n.shared))
-                        for n in s.nodes.values()
-                    ),
-                    labels=s.labels,
-                    price_per_gpu_hour=s.price,
-                )
-                for s in self.spokes.values()
-            )
-        )
+        """The fleet now; nodes and spokes that did not change are the same objects as before
+        (as the replay's cluster does), which lets `PlanState` skip them with an `is`."""
+        return Snapshot(tuple(s.spoke() for s in self.spokes.values()))
 
     def models(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -113,7 +130,9 @@ class Fleet:
         for p in result.placements:
             workload = pending.pop(p.workload_id)
             for a in p.assignments:
-                node = self.spokes[p.spoke_id].nodes[a.node]
+                spoke = self.spokes[p.spoke_id]
+                node = spoke.nodes[a.node]
+                spoke.touch(node)
                 for d in a.devices:
                     if a.fraction is None:
                         node.free.remove(d)
@@ -134,7 +153,9 @@ class Fleet:
     def stop(self, workload_id: str) -> RunningWorkload:
         r = self.running.pop(workload_id)
         for a in r.assignments:
-            node = self.spokes[r.spoke_id].nodes[a.node]
+            spoke = self.spokes[r.spoke_id]
+            node = spoke.nodes[a.node]
+            spoke.touch(node)
             for d in a.devices:
                 if a.fraction is None:
                     node.free.add(d)
@@ -219,7 +240,15 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--gc", action="store_true", help="do not gc.freeze() before cycles")
+    parser.add_argument(
+        "--from-scratch", action="store_true", help="time plan(), not the kept PlanState"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="compare every cycle's plan with plan()'s"
+    )
     args = parser.parse_args()
+    kept = PlanState()
+    planner = plan if args.from_scratch else kept.plan
     rng = random.Random(args.seed)
     fleet = Fleet(rng)
     policy = make_policy(fleet, rng)
@@ -233,7 +262,7 @@ def main() -> None:
 
     snapshot = fleet.snapshot()
     started = time.perf_counter()
-    first = plan(snapshot, list(pending.values()), [], policy, now)
+    first = planner(snapshot, list(pending.values()), [], policy, now)
     full_s = time.perf_counter() - started
     fleet.apply(first, pending, now)
 
@@ -259,8 +288,10 @@ def main() -> None:
         if not args.gc:
             gc.freeze()  # long-lived state out of the collector, as a hub process can do
         started = time.perf_counter()
-        result = plan(snapshot, queue, running, policy, now)
+        result = planner(snapshot, queue, running, policy, now)
         cycles_ms.append((time.perf_counter() - started) * 1000)
+        if args.check and result != plan(snapshot, queue, running, policy, now):
+            raise SystemExit("the kept state planned differently from plan()")
         preempted += len(result.preemptions)
         fleet.apply(result, pending, now)
 
@@ -281,6 +312,8 @@ def main() -> None:
                 "running_at_end": len(fleet.running),
                 "preemptions": preempted,
                 "gc_frozen": not args.gc,
+                "path": "from_scratch" if args.from_scratch else "kept_state",
+                "rebuilds": kept.rebuilds,
             }
         )
     )

@@ -8,7 +8,7 @@ from hub import transitions
 from hub.core.fleet import build_snapshot
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.ordering import served
-from hub.core.placement import plan as plan_placement
+from hub.core.planstate import PlanState
 from hub.ids import decision_id
 from hub.leases import Leases
 from hub.publishing import Publisher, decision
@@ -19,6 +19,10 @@ from schemas import Phase, PlaceCommand, PreemptCommand
 log = structlog.get_logger(__name__)
 
 
+#: Every this many cycles the kept placement state is compared with one set up from scratch.
+VERIFY_EVERY = 200
+
+
 class Cycle:
     """Runs scheduling cycles over the hub's state."""
 
@@ -26,6 +30,10 @@ class Cycle:
         self.state = state
         self.leases = leases
         self.publisher = publisher
+        # Placement's fleet and tally of running work, kept between cycles (hub.core.planstate);
+        # new with the process, so set up from the first snapshot after a start or takeover.
+        self.placement = PlanState()
+        self._cycles = 0
         # workload id -> (attempts, phase, core view) as of the last cycle that saw it
         self._cache: dict[str, tuple[object, Phase, int, Workload | RunningWorkload | None]] = {}
         self._seqs: dict[str, tuple[object, int, int | None]] = {}
@@ -40,9 +48,9 @@ class Cycle:
                 state.positions = {}
                 await self.publisher.publish_demand(Plan(), {}, now)
                 return Plan()
-            result = plan_placement(
-                self.snapshot(now, running), pending, running, state.policy_at(now), now
-            )
+            snapshot = self.snapshot(now, running)
+            self._check(snapshot, running)
+            result = self.placement.plan(snapshot, pending, running, state.policy_at(now), now)
             changed, decisions = self._apply(result, now)
             # The plan lists what it left out in the order it looked at them: the queue order.
             state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
@@ -53,6 +61,17 @@ class Cycle:
             log.info("cycle_placed", placed=len(result.placements), pending=len(result.unplaced))
         await self.publisher.publish(decisions)
         return result
+
+    def _check(self, snapshot: Snapshot, running: list[RunningWorkload]) -> None:
+        """Now and then, the kept placement state against one set up from scratch; on any
+        difference, log it and start afresh (never plan on a state that drifted)."""
+        self._cycles += 1
+        if self._cycles % VERIFY_EVERY:
+            return
+        problems = self.placement.verify(snapshot, running)
+        if problems:
+            log.error("placement_state_diverged", problems=problems[:10], count=len(problems))
+            self.placement.reset()
 
     def snapshot(self, now: float, running: list[RunningWorkload] | None = None) -> Snapshot:
         """The fleet as placement sees it, assumed allocations taken off."""
