@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -58,21 +59,29 @@ async def wait_service(
 
 
 async def generate(
-    api: httpx.AsyncClient, name: str, count: int, concurrency: int, stop: asyncio.Event
-) -> list[int]:
-    """Up to `count` GETs through the gateway, `concurrency` at a time (fewer once `stop`)."""
-    statuses: list[int] = []
+    api: httpx.AsyncClient,
+    name: str,
+    count: int,
+    concurrency: int,
+    stop: asyncio.Event,
+    answers: list[httpx.Response],
+) -> None:
+    """Up to `count` GETs through the gateway, `concurrency` at a time (fewer once `stop`),
+    each answer appended to `answers` as it comes."""
     sent = 0
 
     async def worker() -> None:
         nonlocal sent
         while sent < count and not stop.is_set():
             sent += 1
-            answer = await api.get(f"/svc/{TEAM}/{name}/infer", timeout=60)
-            statuses.append(answer.status_code)
+            answers.append(await api.get(f"/svc/{TEAM}/{name}/infer", timeout=60))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return statuses
+
+
+def answered_by(answers: list[httpx.Response]) -> Counter[str]:
+    """How many of `answers` each replica gave (the gateway names it in a header)."""
+    return Counter(a.headers["x-gpufed-replica"] for a in answers if a.status_code == 200)
 
 
 async def test_a_service_scales_up_under_load_and_down_after_it_with_its_cost(
@@ -91,22 +100,28 @@ async def test_a_service_scales_up_under_load_and_down_after_it_with_its_cost(
 
     stop = asyncio.Event()
     peak: list[int] = []
+    answers: list[httpx.Response] = []
 
     async def watch() -> None:
         status = await wait_service(api, "llm", "3 ready", lambda s: s["ready"] == 3, 120)
         peak.append(status["ready"])
+        # The load goes on until round robin has reached all three: stopping as soon as the
+        # last one is ready left a starved generator no request to send them (seen at load 12).
+        await wait_until(lambda: len(answered_by(answers)) >= 3, 120, "all three answering")
         stop.set()
 
     watcher = asyncio.create_task(watch())
-    statuses = await generate(api, "llm", count=5000, concurrency=4, stop=stop)
+    await generate(api, "llm", count=5000, concurrency=4, stop=stop, answers=answers)
     await watcher
     assert peak == [3]
-    assert set(statuses) == {200}
+    assert {a.status_code for a in answers} == {200}
 
     status = await show(api, "llm")
-    assert status["requests"] == len(statuses)
-    serving = [r for r in status["replicas"] if r["requests"] > 0]
-    assert len(serving) >= 2  # round robin over the replicas that became ready
+    assert status["requests"] == len(answers)
+    answered = answered_by(answers)
+    assert len(answered) >= 3  # round robin over the replicas that became ready
+    for replica in status["replicas"]:  # each counted what it answered
+        assert replica["requests"] == answered[replica["workload_id"]]
     assert status["cost_per_1k_requests"] > 0
     expected = status["cost_dollars"] / status["requests"] * 1000
     assert abs(status["cost_per_1k_requests"] - expected) < 1e-3
