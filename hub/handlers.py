@@ -371,8 +371,10 @@ class Handlers:
             waited = max(0.0, now - queued_since(w))
             self.state.metrics.queue_wait.labels(w.spec.priority_class).observe(waited)
             return True
-        reason = lifecycle.REPORTED_ENDS[event.phase]
+        reason = lifecycle.reported_end(event.phase, event.reason)
         detail = event.message or event.reason
+        if event.phase == EventPhase.REJECTED and reason == EndReason.PREEMPTED:
+            self.leases.refused(event.spoke_id, now)  # no more work there until it reports
         if event.phase == EventPhase.CANCELLED and w.stop_reason:  # stopped by hub.idle
             reason, detail = EndReason(w.stop_reason), w.stop_notice
         if event.reason == "runtime_refused" and event.spoke_id not in w.rejected_by:

@@ -11,7 +11,7 @@ Plain state and `now` passed in: no clock is read here, so the rules are unit-te
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hub.records import SpokeRecord
@@ -34,6 +34,8 @@ class Leases:
     # Since when the hub has heard spokes without a gap; None while it hears nobody.
     hearing_since: float | None = None
     last_any_report: float | None = None
+    # Spoke -> when it last refused a placement for its own state (fenced or draining).
+    refusals: dict[str, float] = field(default_factory=dict)
 
     def heard(self, now: float) -> None:
         """A spoke's report arrived at `now`."""
@@ -65,9 +67,19 @@ class Leases:
             return SpokeStatus.SUSPECT
         return SpokeStatus.LOST
 
+    def refused(self, spoke_id: str, now: float) -> None:
+        """`spoke_id` refused a placement at `now` for its own state (fenced: it has not heard
+        the hub's acks; draining): it gets no more until a report of its arrives after that.
+        Its refusals are requeued for free, so without this pause the hub would place and
+        have refused again as fast as it can while the spoke stays fenced."""
+        self.refusals[spoke_id] = now
+
     def accepts_work(self, spoke: SpokeRecord | None, now: float) -> bool:
         """Whether new placements may go to `spoke` (None: a spoke never heard of)."""
-        return spoke is not None and now - spoke.last_seen < self.suspect_after_s
+        if spoke is None or now - spoke.last_seen >= self.suspect_after_s:
+            return False
+        refused = self.refusals.get(spoke.id)
+        return refused is None or spoke.last_seen > refused
 
     def _quiet(self, now: float) -> bool:
         return self.last_any_report is None or now - self.last_any_report > self.suspect_after_s

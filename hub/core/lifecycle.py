@@ -103,6 +103,21 @@ REPORTED_ENDS: Mapping[EventPhase, EndReason] = {
     EventPhase.REJECTED: EndReason.REJECTED,
 }
 
+#: Why a spoke refuses a placement for its own state, not the workload's: `fenced` (it has not
+#: heard the hub for fence_after, so it starts no movable work) and `draining` (it is going away).
+SPOKE_REFUSALS = frozenset({"fenced", "draining"})
+
+
+def reported_end(phase: EventPhase, reason: str | None) -> EndReason:
+    """The end a spoke's event reports. A refusal for the spoke's own state ends the attempt
+    as `preempted` (queued again, no restart counted), as the same spoke reports the work it
+    stops for that state: counted as `rejected`, a spoke briefly deaf to the hub's acks burnt a
+    workload's restarts in a row of refusals and failed it."""
+    if phase == EventPhase.REJECTED and reason in SPOKE_REFUSALS:
+        return EndReason.PREEMPTED
+    return REPORTED_ENDS[phase]
+
+
 _FINAL_EVENT: Mapping[Phase, Event] = {
     Phase.SUCCEEDED: Event.SUCCEED,
     Phase.FAILED: Event.FAIL,

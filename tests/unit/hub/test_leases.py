@@ -71,3 +71,14 @@ def test_status_and_new_work_follow_the_age_of_the_last_report() -> None:
     assert leases.accepts_work(s, now=110.0)
     assert not leases.accepts_work(s, now=116.0)
     assert not leases.accepts_work(None, now=110.0)
+
+
+def test_a_spoke_that_refused_for_its_own_state_gets_work_again_once_it_reports() -> None:
+    leases = Leases(SUSPECT, LOST)
+    s = spoke("a", last_seen=100.0)
+    leases.refused("a", 101.0)  # fenced: it had not heard the hub's acks
+
+    assert not leases.accepts_work(s, now=102.0)
+    assert leases.accepts_work(spoke("b", last_seen=100.0), now=102.0)
+    s.last_seen = 103.0  # its next report
+    assert leases.accepts_work(s, now=104.0)

@@ -19,7 +19,7 @@ from hub.core.lifecycle import (
     RetryRules,
     Verdict,
 )
-from schemas import Assignment, Phase
+from schemas import Assignment, EventPhase, Phase
 
 DEVICES = (Assignment(node="n0", devices=(0,)),)
 
@@ -221,3 +221,11 @@ def test_random_event_sequences_keep_the_invariants(seq: list[Step], rules: Retr
         for step in (Step("place"), Step("start"), Step("end"), Step("cancel")):
             with pytest.raises(IllegalTransition):
                 apply(lc, step, 99.0, rules)
+
+
+def test_a_refusal_for_the_spokes_own_state_is_requeued_free_and_any_other_counts() -> None:
+    for reason in ("fenced", "draining"):
+        assert lifecycle.reported_end(EventPhase.REJECTED, reason) is EndReason.PREEMPTED
+    assert lifecycle.reported_end(EventPhase.REJECTED, "bad_assignment") is EndReason.REJECTED
+    assert lifecycle.reported_end(EventPhase.PREEMPTED, "fenced") is EndReason.PREEMPTED
+    assert lifecycle.reported_end(EventPhase.FAILED, None) is EndReason.FAILED
