@@ -114,6 +114,8 @@ class Federation:
         self.spoke_nats: dict[str, str] = {}
         # Prometheus /metrics of each spoke and of burst (the hub's is on its API port).
         self.metrics_ports: dict[str, int] = {}
+        self.spawning = False  # inside _spawn: a stop signal waits (see _spawn)
+        self.interrupted = False  # a stop signal came while spawning
 
     @property
     def api_url(self) -> str:
@@ -349,17 +351,26 @@ class Federation:
         return next(s for s in self.fleet if s.id == spoke_id)
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpufed", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
-        self.procs[name] = proc
-        self._started.append(proc)
-        self._started_at[name] = time.monotonic()
+        # `gpufed up` turns a stop signal into KeyboardInterrupt; landing between the fork and
+        # the line that records the process, it would leave a piece stop() never hears of.
+        # Its handler defers the interrupt while `spawning` (see gpufed.up_command).
+        self.spawning = True
+        try:
+            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gpufed", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            log.close()
+            self.procs[name] = proc
+            self._started.append(proc)
+            self._started_at[name] = time.monotonic()
+        finally:
+            self.spawning = False
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     def supervise(self, now: float | None = None) -> list[str]:
         """Start again, after its back-off, whatever died (NATS, the hub, a spoke, burst).

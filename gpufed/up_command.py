@@ -43,7 +43,16 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
     postgres: EmbeddedPostgres | None = None
     result: tuple[int, int] | None = None
     fed: Federation | None = None
-    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        """SIGINT, SIGTERM or SIGHUP: unwind, so the finally below stops everything; but not
+        between a piece's fork and its record (Federation._spawn raises it right after)."""
+        if fed is not None and fed.spawning:
+            fed.interrupted = True
+            return
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
     try:
         hub_args: tuple[str, ...] = ()
         if hubs > 1:
@@ -89,11 +98,6 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
             signal.signal(sig, handler)
         if result is not None:  # the demo's verdict is the last line, after everything stopped
             print(f"{result[0]}/{result[1]} workloads succeeded", flush=True)
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM or SIGHUP: unwind like Ctrl-C, so `run_up`'s finally stops everything."""
-    raise KeyboardInterrupt
 
 
 def _banner(fed: Federation) -> None:
