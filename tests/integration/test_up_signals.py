@@ -1,8 +1,15 @@
 """`gpufed up` stopped by a signal other than Ctrl-C (a service manager's SIGTERM, a closed
-terminal's SIGHUP) stops every process it started, as Ctrl-C does."""
+terminal's SIGHUP) stops every process it started, as Ctrl-C does: its pieces and the
+workloads they run, which live in sessions of their own.
+
+The federation's processes are found by its data dir, which every piece names in its argv and
+every workload in its environment (its spoke's state folder): a listing of `gpufed up`'s
+children would miss a piece restarted after it, and a workload whose spoke was killed before
+it stopped it (reparented to init)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,8 +20,13 @@ import psutil
 import pytest
 
 from bus.natsserver import free_port
+from gpufed.client import HubClient
+from tests.support.wait import wait_until_sync
 
 READY = "stops everything"  # the line `gpufed up` prints once all its pieces are up
+#: What the federation runs once the workload started: NATS, the hub, 3 spokes, burst, and the
+#: workload (its wrapper shell and `sleep`); matched in each process's command line.
+PIECES = ("nats-server", " hub ", "--id eu-1", "--id eu-2", "--id us-1", " burst ", "sleep 300")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -22,16 +34,15 @@ def test_a_signal_stops_gpufed_up_and_everything_it_started(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    where = ["--data-dir", str(tmp_path / "data"), "--api-port", str(free_port())]
+    data, port = tmp_path / "data", free_port()
     up = subprocess.Popen(
-        [sys.executable, "-m", "gpufed", "up", *where],
+        [sys.executable, "-m", "gpufed", "up", "--data-dir", str(data), "--api-port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env=env,
         text=True,
     )
-    children: list[psutil.Process] = []
     try:
         assert up.stdout is not None
         seen = []
@@ -41,28 +52,55 @@ def test_a_signal_stops_gpufed_up_and_everything_it_started(
                 break
         else:
             pytest.fail(f"gpufed up ended before it was ready: {''.join(seen)}")
-        children = psutil.Process(up.pid).children(recursive=True)
-        names = " ".join(_cmdline(c) for c in children)
-        assert "nats-server" in names and " hub" in names and " spoke" in names
+        token = (data / "admin.token").read_text().strip()
+        client = HubClient(f"http://127.0.0.1:{port}", token=token)
+        try:
+            client.submit({"name": "long", "team": "t", "command": ["sleep", "300"]})
+        finally:
+            client.close()
+        # Every piece and the workload are found (a piece restarting is found once it is back).
+        wait_until_sync(
+            lambda: all(p in _command_lines(data) for p in PIECES), 60, "every piece running"
+        )
 
         up.send_signal(sig)
         rest, _ = up.communicate(timeout=120)
         assert up.returncode == 0, rest
         assert "stopping" in rest
-        _, alive = psutil.wait_procs(children, timeout=30)
-        assert alive == [], [_cmdline(p) for p in alive]
+        # A piece stopped by its handle is reaped by then; a workload may still be dying.
+        _, alive = psutil.wait_procs(_processes(data), timeout=30)
+        assert alive == [], _command_lines(data)
     finally:
         if up.poll() is None:  # only if the test failed
             up.kill()
             up.communicate()
-        for child in children:  # only if the test failed: nothing of ours outlives it
-            if child.is_running():
-                child.kill()
+        for process in _processes(data):  # only if the test failed: nothing outlives it
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
 
-def _cmdline(process: psutil.Process) -> str:
-    """Its command line; empty for one that has ended since it was listed (a piece restarting)."""
-    try:
-        return " ".join(process.cmdline())
-    except psutil.NoSuchProcess:  # zombies too
-        return ""
+def _processes(root: Path) -> list[psutil.Process]:
+    """The live processes of the federation under `root` (by argv or environment)."""
+    mark = str(root)
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if mark in _command_line(process) or any(mark in v for v in process.environ().values()):
+                found.append(process)
+        except psutil.Error:  # ended since it was listed (zombies too), or not ours to read
+            continue
+    return found
+
+
+def _command_line(process: psutil.Process) -> str:
+    return " ".join(process.cmdline())
+
+
+def _command_lines(root: Path) -> str:
+    lines = []
+    for process in _processes(root):
+        try:
+            lines.append(_command_line(process))
+        except psutil.Error:
+            continue
+    return "\n".join(lines)
