@@ -62,8 +62,8 @@ class BurstSettings(BaseModel):
     markets: MarketPreference = MarketPreference.SPOT_FIRST
     regions: frozenset[str] | None = None
     wait_per_gpu_s: float = Field(default=0.0, ge=0)
-    right_size: bool = False
-    burst_restarted: bool = True
+    right_size: bool = True
+    burst_restarted: bool = False
 
     # --- the controller's own housekeeping ---
     reconcile_s: float = Field(

@@ -92,12 +92,12 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
     policy.add_argument(
         "--right-size",
         action=argparse.BooleanOptionalAction,
-        help="an instance per workload instead of packing (off)",
+        help="an instance per workload instead of packing (on)",
     )
     policy.add_argument(
         "--burst-restarted",
         action=argparse.BooleanOptionalAction,
-        help="burst work that ran before and was preempted (on)",
+        help="burst work that ran before and was preempted (off)",
     )
     policy.add_argument("--region", action="append", metavar="REGION", help="allowed regions")
 

@@ -101,11 +101,11 @@ class BurstPolicy:
     wait_per_gpu_s: float = 0.0
     # One instance per single-node workload, the cheapest that holds it, instead of packing
     # several onto big instances that stay billed until their longest job ends.
-    right_size: bool = False
+    right_size: bool = True
     # Demand of work that ran before (DemandItem.attained_s > 0: preempted, requeued) bursts
     # only if True. Such work has started, so bursting it cuts no one's wait, and with
     # heavy-tailed run times it is the long work that makes the cloud bill.
-    burst_restarted: bool = True
+    burst_restarted: bool = False
 
     def waiting_budget_s(self, item: DemandItem) -> float:
         """How long `item`'s oldest workload waits on-prem before it may burst."""

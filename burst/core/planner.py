@@ -234,9 +234,14 @@ class _LaunchPlanner:
         fitting = [offer for offer in self.offers if self._fits_group(offer, key)]
         open_offers = [o for o in fitting if self.state.blocked.get(o.key, -math.inf) <= self.now]
         if self.policy.right_size:
-            # Each whole-GPU single-node workload on its own cheapest instance; fractions
-            # share GPUs and gangs of one shape share nodes, each on their own cheapest type.
-            batches = [[w] for w in pending if w.nodes == 1 and w.fraction is None]
+            # Each whole-GPU single-node workload on its own cheapest instance where one of
+            # exactly its size is offered; where the smallest is bigger (H100 comes in 8s),
+            # such work still packs, or the rest of every instance would be billed idle.
+            # Fractions share GPUs and gangs of one shape share nodes.
+            sizes = {offer.gpu_count for offer in open_offers}
+            whole = [w for w in pending if w.nodes == 1 and w.fraction is None]
+            batches = [[w] for w in whole if w.gpus_per_node in sizes]
+            batches.append([w for w in whole if w.gpus_per_node not in sizes])
             batches.append([w for w in pending if w.fraction is not None])
             batches.append([w for w in pending if w.nodes > 1])
             # Oldest first, so the limits still go to the oldest work.

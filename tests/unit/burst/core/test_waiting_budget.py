@@ -76,8 +76,16 @@ def plan_types(policy: BurstPolicy, *items: DemandItem) -> list[tuple[str, tuple
 
 def test_packing_puts_small_jobs_on_one_big_instance() -> None:
     jobs = item(gpus_per_node=1, count=8)
-    assert plan_types(BurstPolicy(max_instances=None), jobs) == [
+    assert plan_types(BurstPolicy(max_instances=None, right_size=False), jobs) == [
         ("eight", tuple(f"ml-w{n}" for n in range(8)))
+    ]
+
+
+def test_right_size_still_packs_jobs_no_instance_of_their_size_fits_exactly() -> None:
+    # No 2-GPU box: one 8-GPU box each would bill 6 idle GPUs per job, so they share one.
+    jobs = item(gpus_per_node=2, count=4)
+    assert plan_types(BurstPolicy(max_instances=None), jobs) == [
+        ("eight", tuple(f"ml-w{n}" for n in range(4)))
     ]
 
 
@@ -121,8 +129,9 @@ def test_right_size_respects_max_instances_oldest_first() -> None:
 def test_work_that_ran_before_bursts_only_when_allowed() -> None:
     fresh = item(workload_ids=("fresh",))
     rerun = item(attained_s=7200.0, workload_ids=("rerun",))
-    assert launched(fresh, rerun, policy=BurstPolicy(max_instances=None)) == ["fresh", "rerun"]
-    policy = BurstPolicy(max_instances=None, burst_restarted=False)
+    allowed = BurstPolicy(max_instances=None, burst_restarted=True)
+    assert launched(fresh, rerun, policy=allowed) == ["fresh", "rerun"]
+    policy = BurstPolicy(max_instances=None)  # burst_restarted is off by default
     result = plan_burst(report(fresh, rerun), [], CATALOG, policy, PlannerState(), NOW)
     assert launched_ids(result.launches) == ["fresh"]
     assert [(s.workload_ids, s.reason) for s in result.skipped] == [

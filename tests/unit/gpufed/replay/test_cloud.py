@@ -37,7 +37,7 @@ def jobs(n: int, duration: float = 1000.0) -> list[Job]:
     return [Job(f"j{i}", 0.0, duration, "ml", 1, 1) for i in range(n)]
 
 
-def replay(burst: str, policy: Policy | None = None, **knobs: float) -> ReplayRun:
+def replay(burst: str, policy: Policy | None = None, **knobs: float | bool) -> ReplayRun:
     setup = ReplaySetup(
         one_gpu(),
         policy or Policy(),
@@ -60,7 +60,7 @@ def test_immediate_launches_an_instance_for_every_unplaceable_job_at_once() -> N
 
 
 def test_gpufed_burst_waits_burst_after_and_packs_the_demand() -> None:
-    run = replay("gpufed", burst_after_s=60.0, idle_ttl_s=300.0, cooldown_s=0.0)
+    run = replay("gpufed", burst_after_s=60.0, idle_ttl_s=300.0, cooldown_s=0.0, right_size=False)
     (instance,) = run.cloud.instances
     assert instance.launched_at == pytest.approx(60.0, abs=1e-3)  # not before burst_after
     assert instance.instance_type == "two.gpu"  # both jobs on one instance
