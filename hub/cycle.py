@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from hub import transitions
-from hub.core.fleet import build_snapshot
+from hub.core.fleet import SnapshotBuilder
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.ordering import served
 from hub.core.planstate import PlanState
@@ -33,6 +33,8 @@ class Cycle:
         # Placement's fleet and tally of running work, kept between cycles (hub.core.planstate);
         # new with the process, so set up from the first snapshot after a start or takeover.
         self.placement = PlanState()
+        # Unchanged nodes and spokes stay the same objects, which the PlanState skips with `is`.
+        self.snapshots = SnapshotBuilder()
         self._cycles = 0
         # workload id -> (attempts, phase, core view) as of the last cycle that saw it
         self._cache: dict[str, tuple[object, Phase, int, Workload | RunningWorkload | None]] = {}
@@ -82,7 +84,7 @@ class Cycle:
             sid: self.leases.accepts_work(state.spokes.get(sid), now) for sid in state.reports
         }
         self._forget_reported_ends()
-        return build_snapshot(state.reports, active, accepting, state.ended.values())
+        return self.snapshots.build(state.reports, active, accepting, state.ended.values())
 
     def running(self) -> list[RunningWorkload]:
         """Every workload holding devices, as the core sees it."""

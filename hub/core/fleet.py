@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from hub.core.model import Node, RunningWorkload, Snapshot, Spoke
 from schemas import Assignment, CapacityReport, NodeCapacity
-
-_NodeKey = tuple[str, str]  # (spoke id, node name)
 
 
 def build_snapshot(
@@ -30,41 +27,168 @@ def build_snapshot(
     workload's devices before it reports the end, so where its last report still shows one of
     them running, its devices are free again without waiting for the next report.
     """
-    taken: dict[_NodeKey, list[Assignment]] = defaultdict(list)
-    given_back: dict[_NodeKey, list[Assignment]] = defaultdict(list)
-    # What each report lists as running, indexed once: a lookup per workload, not a scan.
-    listed = {(sid, r.workload_id, r.epoch) for sid, rep in reports.items() for r in rep.running}
-    for workload, epoch, command_seq in active:
-        if (workload.spoke_id, workload.id, epoch) not in listed and not _applied(
-            reports, workload, command_seq
-        ):
-            for a in workload.assignments:
-                taken[(workload.spoke_id, a.node)].append(a)
-    for workload, epoch in ended:
-        if (workload.spoke_id, workload.id, epoch) in listed:
-            for a in workload.assignments:
-                given_back[(workload.spoke_id, a.node)].append(a)
-    spokes = []
-    for spoke_id in sorted(reports):
-        report = reports[spoke_id]
-        nodes = tuple(
-            _node(n, taken.get((spoke_id, n.name), ()), given_back.get((spoke_id, n.name), ()))
-            for n in report.nodes
-        )
-        spokes.append(
-            Spoke(
-                id=spoke_id,
-                region=report.region,
-                kind=report.kind,
-                nodes=nodes,
-                labels=report.labels,
-                accepts_work=accepting.get(spoke_id, True),
-                price_per_gpu_hour=report.price_per_gpu_hour,
-                reserved_for=_reserved_for(report),
-                capabilities=report.capabilities,
+    return SnapshotBuilder().build(reports, active, accepting, ended)
+
+
+class _SpokeSeen:
+    """A spoke as the last snapshot built it, and what it was built from."""
+
+    __slots__ = ("built", "given_back", "listed", "nodes", "report", "spoke", "taken")
+
+    def __init__(self, report: CapacityReport) -> None:
+        self.report = report
+        self.built: CapacityReport | None = None  # the report `spoke` was built from
+        self.taken: dict[str, list[Assignment]] = {}  # node -> assumed on it, as built
+        self.given_back: dict[str, list[Assignment]] = {}
+        self.listed = {r.workload_id: r.epoch for r in report.running}  # what it runs, by epoch
+        # node name -> (its capacity, assignments taken off, given back, the Node built)
+        self.nodes: dict[str, tuple[NodeCapacity, list[Assignment], list[Assignment], Node]] = {}
+        self.spoke: Spoke | None = None
+
+
+class SnapshotBuilder:
+    """`build_snapshot` that hands back last time's `Node` and `Spoke` objects where nothing
+    they were built from changed.
+
+    A node is built again only when its reported capacity (compared by value when the report
+    is new) or the assignments assumed on it or given back changed; a spoke only when one of
+    its nodes or its own report fields did. So most of a busy fleet's 6,400 nodes are the
+    same objects from cycle to cycle, and `hub.core.planstate` skips them with an `is`; the
+    reports' running lists are indexed once per report, not once per cycle.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, _SpokeSeen] = {}
+
+    def build(
+        self,
+        reports: Mapping[str, CapacityReport],
+        active: Iterable[tuple[RunningWorkload, int, int | None]],
+        accepting: Mapping[str, bool],
+        ended: Iterable[tuple[RunningWorkload, int]] = (),
+    ) -> Snapshot:
+        """What `build_snapshot` returns for these arguments."""
+        seen: dict[str, _SpokeSeen] = {}
+        for spoke_id, report in reports.items():
+            last = self._seen.get(spoke_id)
+            if last is None or last.report is not report:
+                fresh = _SpokeSeen(report)
+                if last is not None:
+                    fresh.nodes = last.nodes  # compared by value below
+                    fresh.spoke = last.spoke
+                last = fresh
+            seen[spoke_id] = last
+        self._seen = seen
+        taken: dict[str, dict[str, list[Assignment]]] = {}  # spoke -> node -> assumed
+        given_back: dict[str, dict[str, list[Assignment]]] = {}
+        for workload, epoch, command_seq in active:
+            spoke_seen = seen.get(workload.spoke_id)
+            if (spoke_seen is None or spoke_seen.listed.get(workload.id) != epoch) and not (
+                _applied(reports, workload, command_seq)
+            ):
+                on = taken.setdefault(workload.spoke_id, {})
+                for a in workload.assignments:
+                    on.setdefault(a.node, []).append(a)
+        for workload, epoch in ended:
+            spoke_seen = seen.get(workload.spoke_id)
+            if spoke_seen is not None and spoke_seen.listed.get(workload.id) == epoch:
+                back = given_back.setdefault(workload.spoke_id, {})
+                for a in workload.assignments:
+                    back.setdefault(a.node, []).append(a)
+        spokes = []
+        for spoke_id in sorted(reports):
+            spokes.append(
+                self._spoke(
+                    spoke_id,
+                    seen[spoke_id],
+                    accepting.get(spoke_id, True),
+                    taken.get(spoke_id, _NO_NODES),
+                    given_back.get(spoke_id, _NO_NODES),
+                )
             )
+        return Snapshot(spokes=tuple(spokes))
+
+    def _spoke(
+        self,
+        spoke_id: str,
+        seen: _SpokeSeen,
+        accepting: bool,
+        taken: dict[str, list[Assignment]],
+        given_back: dict[str, list[Assignment]],
+    ) -> Spoke:
+        report = seen.report
+        spoke = seen.spoke
+        if (
+            seen.built is report
+            and spoke is not None
+            and spoke.accepts_work == accepting
+            and seen.taken == taken
+            and seen.given_back == given_back
+        ):
+            return spoke  # nothing it was built from changed: not even a look at its nodes
+        seen.built, seen.taken, seen.given_back = report, taken, given_back
+        kept = seen.nodes
+        built: dict[str, tuple[NodeCapacity, list[Assignment], list[Assignment], Node]] = {}
+        nodes: list[Node] = []
+        for n in report.nodes:
+            on = taken.get(n.name, _NONE)
+            back = given_back.get(n.name, _NONE)
+            last = kept.get(n.name)
+            if (
+                last is not None
+                and (last[0] is n or _same_capacity(last[0], n))
+                and last[1] == on
+                and last[2] == back
+            ):
+                entry = last if last[0] is n else (n, on, back, last[3])
+            else:
+                entry = (n, on, back, _node(n, on, back))
+            built[n.name] = entry
+            nodes.append(entry[3])
+        seen.nodes = built
+        if (
+            spoke is not None
+            and spoke.id == spoke_id
+            and spoke.accepts_work == accepting
+            and len(spoke.nodes) == len(nodes)
+            and all(a is b for a, b in zip(spoke.nodes, nodes, strict=True))
+            and spoke.region == report.region
+            and spoke.kind == report.kind
+            and spoke.labels == report.labels
+            and spoke.price_per_gpu_hour == report.price_per_gpu_hour
+            and spoke.reserved_for == _reserved_for(report)
+            and spoke.capabilities == report.capabilities
+        ):
+            return spoke
+        spoke = seen.spoke = Spoke(
+            id=spoke_id,
+            region=report.region,
+            kind=report.kind,
+            nodes=tuple(nodes),
+            labels=report.labels,
+            accepts_work=accepting,
+            price_per_gpu_hour=report.price_per_gpu_hour,
+            reserved_for=_reserved_for(report),
+            capabilities=report.capabilities,
         )
-    return Snapshot(spokes=tuple(spokes))
+        return spoke
+
+
+_NONE: list[Assignment] = []  # no assignments on a node (never mutated)
+_NO_NODES: dict[str, list[Assignment]] = {}  # none on any node of a spoke (never mutated)
+
+
+def _same_capacity(old: NodeCapacity, new: NodeCapacity) -> bool:
+    """Whether `_node` would build the same Node from both (given the same assignments)."""
+    return (
+        old.free_devices == new.free_devices
+        and old.device_free_fraction == new.device_free_fraction
+        and old.name == new.name
+        and old.gpu_model == new.gpu_model
+        and old.gpu_count == new.gpu_count
+        and old.schedulable == new.schedulable
+        and old.labels == new.labels
+    )
 
 
 #: Label a burst instance's spoke carries: the team it was rented for (and is reserved to).
