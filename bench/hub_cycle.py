@@ -226,7 +226,7 @@ async def run(iterations: int, seed: int) -> dict[str, object]:
     await cycle.run()
     parts: dict[str, list[float]] = {"views": [], "snapshot": [], "plan": [], "apply": []}
     cycle._views = timed(parts, "views", cycle._views)  # type: ignore[method-assign]
-    cycle.snapshot = timed(parts, "snapshot", cycle.snapshot)  # type: ignore[method-assign]
+    cycle._snapshot = timed(parts, "snapshot", cycle._snapshot)  # type: ignore[method-assign]
     cycle.placement.plan = timed(parts, "plan", cycle.placement.plan)  # type: ignore[method-assign]
     cycle._apply = timed(parts, "apply", cycle._apply)  # type: ignore[method-assign]
     wall: list[float] = []

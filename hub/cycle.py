@@ -18,6 +18,10 @@ from schemas import Phase, PlaceCommand, PreemptCommand
 
 log = structlog.get_logger(__name__)
 
+#: A running workload with its epoch and its Place's command stream sequence (hub.core.fleet).
+_Active = tuple[RunningWorkload, int, int | None]
+_Cached = tuple[object, Phase, int, Workload | RunningWorkload | None, _Active | None]
+
 
 #: Every this many cycles the kept placement state is compared with one set up from scratch.
 VERIFY_EVERY = 200
@@ -36,8 +40,9 @@ class Cycle:
         # Unchanged nodes and spokes stay the same objects, which the PlanState skips with `is`.
         self.snapshots = SnapshotBuilder()
         self._cycles = 0
-        # workload id -> (attempts, phase, core view) as of the last cycle that saw it
-        self._cache: dict[str, tuple[object, Phase, int, Workload | RunningWorkload | None]] = {}
+        # workload id -> (attempts, phase, refusals, core view, (view, epoch, Place's sequence))
+        # as of the last cycle that saw it
+        self._cache: dict[str, _Cached] = {}
         self._seqs: dict[str, tuple[object, int, int | None]] = {}
 
     async def run(self) -> Plan:
@@ -45,12 +50,12 @@ class Cycle:
         state = self.state
         async with state.lock:
             now = state.clock()
-            pending, running = self._views()
+            pending, running, active = self._views()
             if not pending:
                 state.positions = {}
                 await self.publisher.publish_demand(Plan(), {}, now)
                 return Plan()
-            snapshot = self.snapshot(now, running)
+            snapshot = self._snapshot(now, active)
             self._check(snapshot, running)
             result = self.placement.plan(snapshot, pending, running, state.policy_at(now), now)
             changed, decisions = self._apply(result, now)
@@ -77,9 +82,11 @@ class Cycle:
 
     def snapshot(self, now: float, running: list[RunningWorkload] | None = None) -> Snapshot:
         """The fleet as placement sees it, assumed allocations taken off."""
+        active = self._views()[2] if running is None else [self._active(rw) for rw in running]
+        return self._snapshot(now, active)
+
+    def _snapshot(self, now: float, active: list[_Active]) -> Snapshot:
         state = self.state
-        running = self.running() if running is None else running
-        active = [self._active(rw) for rw in running]
         accepting = {
             sid: self.leases.accepts_work(state.spokes.get(sid), now) for sid in state.reports
         }
@@ -90,8 +97,9 @@ class Cycle:
         """Every workload holding devices, as the core sees it."""
         return self._views()[1]
 
-    def _views(self) -> tuple[list[Workload], list[RunningWorkload]]:
-        """The pending and the running workloads as the core sees them, in one pass.
+    def _views(self) -> tuple[list[Workload], list[RunningWorkload], list[_Active]]:
+        """The pending and the running workloads as the core sees them, in one pass, and the
+        running ones with their epoch and Place's stream sequence (for the snapshot).
 
         A record's core view changes only when its phase or attempts do (both are replaced,
         never mutated), so views are kept between cycles and rebuilt only for the records an
@@ -102,6 +110,7 @@ class Cycle:
         cache = self._cache
         pending: list[Workload] = []
         running: list[RunningWorkload] = []
+        active: list[_Active] = []
         for w in self.state.workloads.values():
             cached = cache.get(w.id)
             if (
@@ -121,10 +130,12 @@ class Cycle:
                     if w.phase == Phase.QUEUED
                     else transitions.as_running(w)
                 )
-                cached = cache[w.id] = (w.attempts, w.phase, len(w.rejected_by), view)
+                seqs = (view, w.epoch, w.command_seq) if isinstance(view, RunningWorkload) else None
+                cached = cache[w.id] = (w.attempts, w.phase, len(w.rejected_by), view, seqs)
             view = cached[3]
             if isinstance(view, RunningWorkload):
                 running.append(view)
+                active.append(cached[4])  # type: ignore[arg-type]  # set with a running view
             elif view is not None:
                 if w.id in claims:
                     view = Workload(
@@ -140,9 +151,9 @@ class Cycle:
             live = self.state.workloads
             self._cache = {k: v for k, v in cache.items() if k in live}
             self._seqs = {k: v for k, v in self._seqs.items() if k in live}
-        return pending, running
+        return pending, running, active
 
-    def _active(self, rw: RunningWorkload) -> tuple[RunningWorkload, int, int | None]:
+    def _active(self, rw: RunningWorkload) -> _Active:
         w = self.state.workloads[rw.id]
         cached = self._seqs.get(rw.id)
         if cached is None or cached[0] is not w.attempts:
