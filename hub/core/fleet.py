@@ -136,7 +136,7 @@ class SnapshotBuilder:
             last = kept.get(n.name)
             if (
                 last is not None
-                and (last[0] is n or _same_capacity(last[0], n))
+                and (last[0] is n or last[0].__dict__ == n.__dict__ or _same_capacity(last[0], n))
                 and last[1] == on
                 and last[2] == back
             ):
