@@ -171,19 +171,14 @@ class PlanState:
 
     def _sync_running(self, running: Sequence[RunningWorkload], capacity: Capacity) -> None:
         entries = self._entries
+        unseen = entries.copy()  # what is left in it once `running` is read through ended
         changed: list[RunningWorkload] = []
-        same = 0
         for r in running:
-            entry = entries.get(r.id)
-            if entry is not None and entry[0] is r:
-                same += 1
-            else:
+            entry = unseen.pop(r.id, None)
+            if entry is None or entry[0] is not r:
                 changed.append(r)
-        replaced = sum(1 for r in changed if r.id in entries)
-        if same + replaced < len(entries):  # some ended
-            ids = {r.id for r in running}
-            for gone in [wid for wid in entries if wid not in ids]:
-                self._remove(gone)
+        for gone in unseen:
+            self._remove(gone)
         for r in changed:
             if r.id in entries:
                 self._remove(r.id)
