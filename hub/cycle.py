@@ -108,36 +108,27 @@ class Cycle:
         """
         claims = self.state.claims
         cache = self._cache
+        lookup = cache.get
         pending: list[Workload] = []
         running: list[RunningWorkload] = []
         active: list[_Active] = []
-        for w in self.state.workloads.values():
-            cached = cache.get(w.id)
+        for wid, w in self.state.workloads.items():
+            cached = lookup(wid)
             if (
                 cached is None
                 or cached[0] is not w.attempts
                 or cached[1] is not w.phase
                 or cached[2] != len(w.rejected_by)  # the list only grows: its length suffices
             ):
-                view: Workload | RunningWorkload | None = (
-                    Workload(
-                        w.id,
-                        w.spec,
-                        w.submitted_at,
-                        avoid_spokes=frozenset(w.rejected_by),
-                        attained_gpu_s=served(w.attempts, w.spec.total_gpus),
-                    )
-                    if w.phase == Phase.QUEUED
-                    else transitions.as_running(w)
-                )
-                seqs = (view, w.epoch, w.command_seq) if isinstance(view, RunningWorkload) else None
-                cached = cache[w.id] = (w.attempts, w.phase, len(w.rejected_by), view, seqs)
+                cached = cache[wid] = self._view(w)
+            seqs = cached[4]
+            if seqs is not None:
+                running.append(seqs[0])
+                active.append(seqs)
+                continue
             view = cached[3]
-            if isinstance(view, RunningWorkload):
-                running.append(view)
-                active.append(cached[4])  # type: ignore[arg-type]  # set with a running view
-            elif view is not None:
-                if w.id in claims:
+            if isinstance(view, Workload):
+                if wid in claims:
                     view = Workload(
                         w.id,
                         w.spec,
@@ -152,6 +143,23 @@ class Cycle:
             self._cache = {k: v for k, v in cache.items() if k in live}
             self._seqs = {k: v for k, v in self._seqs.items() if k in live}
         return pending, running, active
+
+    @staticmethod
+    def _view(w: WorkloadRecord) -> _Cached:
+        """What `_views` keeps of a record: the core's view, with its epoch and Place's
+        sequence when it is running, and what tells a later cycle whether it changed."""
+        if w.phase == Phase.QUEUED:
+            pending = Workload(
+                w.id,
+                w.spec,
+                w.submitted_at,
+                avoid_spokes=frozenset(w.rejected_by),
+                attained_gpu_s=served(w.attempts, w.spec.total_gpus),
+            )
+            return (w.attempts, w.phase, len(w.rejected_by), pending, None)
+        view = transitions.as_running(w)
+        seqs = (view, w.epoch, w.command_seq) if view is not None else None
+        return (w.attempts, w.phase, len(w.rejected_by), view, seqs)
 
     def _active(self, rw: RunningWorkload) -> _Active:
         w = self.state.workloads[rw.id]
