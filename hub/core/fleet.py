@@ -30,6 +30,10 @@ def build_snapshot(
     return SnapshotBuilder().build(reports, active, accepting, ended)
 
 
+#: A node's capacity as reported, the assignments assumed on it and given back, its Node.
+_Entry = tuple[NodeCapacity, list[Assignment], list[Assignment], Node]
+
+
 class _SpokeSeen:
     """A spoke as the last snapshot built it, and what it was built from."""
 
@@ -41,8 +45,8 @@ class _SpokeSeen:
         self.taken: dict[str, list[Assignment]] = {}  # node -> assumed on it, as built
         self.given_back: dict[str, list[Assignment]] = {}
         self.listed = {r.workload_id: r.epoch for r in report.running}  # what it runs, by epoch
-        # node name -> (its capacity, assignments taken off, given back, the Node built)
-        self.nodes: dict[str, tuple[NodeCapacity, list[Assignment], list[Assignment], Node]] = {}
+        # per node of the report, in its order: what its Node was built from, and the Node
+        self.nodes: list[_Entry] = []
         self.spoke: Spoke | None = None
 
 
@@ -127,13 +131,24 @@ class SnapshotBuilder:
         ):
             return spoke  # nothing it was built from changed: not even a look at its nodes
         seen.built, seen.taken, seen.given_back = report, taken, given_back
-        kept = seen.nodes
-        built: dict[str, tuple[NodeCapacity, list[Assignment], list[Assignment], Node]] = {}
+        kept = seen.nodes  # in the last report's order, which a spoke keeps
+        count = len(kept)
+        by_name: dict[str, _Entry] | None = None
+        plain = not taken and not given_back
+        built: list[_Entry] = []
         nodes: list[Node] = []
-        for n in report.nodes:
-            on = taken.get(n.name, _NONE)
-            back = given_back.get(n.name, _NONE)
-            last = kept.get(n.name)
+        for i, n in enumerate(report.nodes):
+            name = n.name
+            last = kept[i] if i < count else None
+            if last is not None and last[0] is not n and last[0].name != name:
+                if by_name is None:
+                    by_name = {e[0].name: e for e in kept}
+                last = by_name.get(name)
+            if plain:
+                on = back = _NONE
+            else:
+                on = taken.get(name, _NONE)
+                back = given_back.get(name, _NONE)
             if (
                 last is not None
                 and (last[0] is n or last[0].__dict__ == n.__dict__ or _same_capacity(last[0], n))
@@ -143,7 +158,7 @@ class SnapshotBuilder:
                 entry = last if last[0] is n else (n, on, back, last[3])
             else:
                 entry = (n, on, back, _node(n, on, back))
-            built[n.name] = entry
+            built.append(entry)
             nodes.append(entry[3])
         seen.nodes = built
         if (

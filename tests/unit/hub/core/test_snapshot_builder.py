@@ -21,6 +21,7 @@ def report(
     running: tuple[tuple[str, int], ...],
     applied: int = 0,
     labels: dict[str, str] | None = None,
+    order: tuple[str, ...] = NODES,
 ) -> CapacityReport:
     return CapacityReport(
         spoke_id=spoke,
@@ -56,7 +57,10 @@ def worlds(draw: st.DrawFn) -> tuple[dict[str, CapacityReport], list, list, dict
         free = {n: tuple(sorted(draw(st.sets(st.integers(0, 3))))) for n in NODES}
         listed = draw(st.lists(st.sampled_from(("a", "b", "c")), unique=True))
         labels = draw(st.sampled_from(({}, {"burst-team": "t"})))
-        reports[spoke] = report(spoke, free, tuple((f"{spoke}-{w}", 1) for w in listed), 5, labels)
+        order = tuple(draw(st.permutations(NODES)))  # a spoke that lists its nodes anew
+        reports[spoke] = report(
+            spoke, free, tuple((f"{spoke}-{w}", 1) for w in listed), 5, labels, order
+        )
         for wid in ("a", "b", "c", "d"):
             node = draw(st.sampled_from(NODES))
             devices = (draw(st.integers(0, 3)),)
