@@ -65,22 +65,14 @@ class Auditor:
         if self._writer is None or self._writer.done():
             # Its own task: a caller that goes away must not cancel the others' write.
             self._writer = asyncio.create_task(self._write_queued(), name="hub-audit")
-        if not await done:
-            return
-        log.info(
-            "audit",  # never the spec's env: only who, what, which team and target
-            actor=entry.actor,
-            action=action,
-            team=team,
-            target=entry.target,
-            result=entry.result,
-        )
+        await done
 
     async def _write_queued(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
+            entries = [entry for entry, _ in batch]
             try:
-                await self._db(self.store.append_audits, [entry for entry, _ in batch])
+                await self._db(self.store.append_audits, entries)
                 written = True
             except Exception:
                 log.exception("audit_write_failed", entries=len(batch))
@@ -88,6 +80,8 @@ class Auditor:
             for _, done in batch:
                 if not done.done():
                     done.set_result(written)
+            if written:
+                _log_written(entries)
 
     async def nats_submit(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> None:
         """Audit a submission that came over NATS (`gpufed.v1.submit`: no API identity)."""
@@ -100,3 +94,24 @@ class Auditor:
             result=result,
             detail=f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s) over NATS",
         )
+
+
+def _log_written(entries: list[AuditEntry]) -> None:
+    """One info line per write, never the spec's env: only who, what, which team and target.
+
+    A write of one entry keeps the line's old fields; a group commit (a burst of submissions)
+    lists its entries on one line: a line each was a tenth of the hub's CPU at 400/s.
+    """
+    if len(entries) == 1:
+        e = entries[0]
+        log.info(
+            "audit", actor=e.actor, action=e.action, team=e.team, target=e.target, result=e.result
+        )
+        return
+    log.info(
+        "audit",
+        count=len(entries),
+        entries=[
+            f"{e.actor} {e.action} {e.team or '-'} {e.target or '-'} {e.result}" for e in entries
+        ],
+    )

@@ -329,6 +329,7 @@ class Handlers:
                 for record in changed.values():
                     if record.phase.terminal:
                         state.forget(record.id)
+                transitions.log_finished(list(changed.values()))
         for msg in msgs:
             await msg.ack()
         state.counters["events"] += len(events)
