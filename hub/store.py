@@ -36,6 +36,9 @@ _TERMINAL = [p.value for p in Phase if p.terminal]
 #: Workload ids per query when attempts are read for many workloads (bound parameters).
 _ATTEMPT_BATCH = 500
 _ATTEMPT_ADAPTER: TypeAdapter[Attempt] = TypeAdapter(Attempt)
+#: Left out of a workload row's JSON: its attempts (their own table) and what is derived from
+#: them (the computed fields, recomputed on load): serialising those was a third of a save.
+_NOT_STORED = frozenset({"attempts", *WorkloadRecord.model_computed_fields})
 
 
 class WorkloadRow(SQLModel, table=True):
@@ -152,7 +155,7 @@ class Store:
                     "phase": w.phase.value,
                     "submitted_at": w.submitted_at,
                     "spoke_id": w.spoke_id,
-                    "data": w.model_dump_json(exclude={"attempts"}),
+                    "data": w.model_dump_json(exclude=_NOT_STORED),  # type: ignore[arg-type]
                 }
             )
             attempt_rows.extend(_attempt_row(w.id, a) for a in w.attempts)
