@@ -63,6 +63,8 @@ T = TypeVar("T")
 
 #: Store key of the policy in force.
 POLICY_KEY = "policy"
+#: Weight of the latest cycle in the smoothed cost that paces the cycles.
+CYCLE_COST_WEIGHT = 0.3
 
 
 class HubService(HubView):
@@ -318,28 +320,33 @@ class HubService(HubView):
         wakeup = self.state.wakeup
         loop = asyncio.get_running_loop()
         earliest = 0.0
+        cost = 0.0  # what a cycle costs the event loop's thread: CPU seconds, smoothed
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), timeout=self._until_next_cycle())
             # Debounced, and no sooner after the last cycle's start than cycle_interval_s or
-            # twice what that cycle took: under load a cycle takes all that arrived meanwhile,
-            # its fixed cost is shared among them, and planning holds at most half the hub.
+            # twice what cycles cost: under load a cycle takes all that arrived meanwhile, its
+            # fixed cost is shared among them, and planning holds at most half the hub.
             wait = max(self.settings.debounce_s, earliest - loop.time())
             if wait > 0:
                 await asyncio.sleep(wait)
-            started = loop.time()
             wakeup.clear()
-            started = time.perf_counter()
+            started, cpu = loop.time(), time.thread_time()
             try:
                 await self.check_leases()
                 await self.reaper.reap()
                 await self.run_cycle()
-                self.metrics.cycle_duration.observe(time.perf_counter() - started)
+                self.metrics.cycle_duration.observe(loop.time() - started)
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)
-            took = loop.time() - started
-            earliest = started + max(self.settings.cycle_interval_s, 2 * took)
+            # The loop thread's CPU time, not the wall clock: waiting for the store thread, a
+            # machine that gives the hub no core, a collector's pause are no planning cost, and
+            # pacing by them spaced the cycles after one slow cycle by twice its length, when
+            # the queue had grown: the tail of submit -> running. Smoothed, so one slow cycle
+            # does not set the pace alone, while a queue whose plans stay slow still does.
+            cost = cost + CYCLE_COST_WEIGHT * (time.thread_time() - cpu - cost)
+            earliest = started + max(self.settings.cycle_interval_s, 2 * cost)
 
     def _until_next_cycle(self) -> float:
         """Seconds to wait for a trigger: a tick, or less when a policy window starts or ends
