@@ -7,7 +7,7 @@ by the hub when burst reports a launch or a termination. Entries are never chang
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -60,6 +60,10 @@ class Auditor:
             result=result[:64],
             detail=detail[:MAX_DETAIL],
         )
+        await self.append(entry)
+
+    async def append(self, entry: AuditEntry) -> None:
+        """Append an entry made here (`nats_entry`); as `record`, a failure is only logged."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((entry, done))
         if self._writer is None or self._writer.done():
@@ -81,22 +85,31 @@ class Auditor:
                 if not done.done():
                     done.set_result(written)
             if written:
-                _log_written(entries)
+                log_written(entries)
 
-    async def nats_submit(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> None:
-        """Audit a submission that came over NATS (`gpufed.v1.submit`: no API identity)."""
-        await self.record(
-            None,
-            "submit",
+    def nats_entry(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> AuditEntry:
+        """The entry of a submission that came over NATS (`gpufed.v1.submit`: no API
+        identity). An accepted one is saved with the workload itself (`HubState.submit_audit`);
+        a refused one goes through `append`."""
+        return AuditEntry(
+            at=self._clock(),
             actor="nats",
+            role="none",
+            action="submit",
             team=spec.team,
-            target=workload_id or "",
-            result=result,
-            detail=f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s) over NATS",
+            target=(workload_id or "")[:200],
+            result=result[:64],
+            detail=f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s) over NATS"[
+                :MAX_DETAIL
+            ],
         )
 
+    async def nats_submit(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> None:
+        """Audit a submission that came over NATS."""
+        await self.append(self.nats_entry(spec, workload_id, result))
 
-def _log_written(entries: list[AuditEntry]) -> None:
+
+def log_written(entries: Sequence[AuditEntry]) -> None:
     """One info line per write, never the spec's env: only who, what, which team and target.
 
     A write of one entry keeps the line's old fields; a group commit (a burst of submissions)

@@ -23,6 +23,7 @@ from bus.client import Bus
 from bus.tasks import supervise
 from hub import reconcile as reconciliation
 from hub import transitions
+from hub.authstore import AuditEntry
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
@@ -253,13 +254,18 @@ class HubService(HubView):
 
     # --- submissions and cancellations (NATS and REST share these) ---
 
-    async def submit(self, spec: WorkloadSpec, user: str = "") -> WorkloadRecord:
+    async def submit(
+        self,
+        spec: WorkloadSpec,
+        user: str = "",
+        audit: Callable[[WorkloadRecord], AuditEntry] | None = None,
+    ) -> WorkloadRecord:
         """Accept a workload of `user` (who submitted it, where known); raises InvalidWorkload
         for what policy refuses and TooMany when its team already has its policy's
-        `max_queued` workloads queued."""
+        `max_queued` workloads queued. `audit`: the entry that records it, saved with it."""
         await self._refuse_on_standby()
         record = self.submissions.new_record(spec, self.submissions.queued_counts(), user)
-        await self.submissions.commit([record])
+        await self.submissions.commit([record], [audit(record)] if audit is not None else [])
         return record
 
     async def submit_many(
