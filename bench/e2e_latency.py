@@ -77,16 +77,24 @@ class Probe:
 
 
 class Watcher:
-    """Listens to every spoke's events and notes when each workload first ran."""
+    """Listens to every spoke's events and notes when each workload first ran, and to the
+    hub's commands and notes when its Place went out (for the breakdown of the latency)."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.running_at: dict[str, float] = {}
+        self.placed_at: dict[str, float] = {}
         self.spoke_of: dict[str, str] = {}
         self.changed = asyncio.Event()
 
     async def start(self) -> None:
         await self.bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=self._on_event)
+        await self.bus.nc.subscribe(subjects.COMMANDS_SUBJECTS, cb=self._on_command)
+
+    async def _on_command(self, msg: Any) -> None:
+        command = json.loads(msg.data)
+        if command.get("kind") == "place":
+            self.placed_at.setdefault(command["workload_id"], time.perf_counter())
 
     async def _on_event(self, msg: Any) -> None:
         event = json.loads(msg.data)
@@ -140,6 +148,16 @@ async def run_rate(
     running_at = watcher.running_at
     latencies = sorted((running_at[w] - sent_at[w]) * 1000 for w in sent_at if w in running_at)
     placed = len(latencies)
+    # Where the time went: the hub (submission to its Place command on the bus) and the
+    # spoke (Place to RUNNING: fetching the command, starting the process, publishing).
+    hub_ms = sorted(
+        (watcher.placed_at[w] - sent_at[w]) * 1000 for w in sent_at if w in watcher.placed_at
+    )
+    spoke_ms = sorted(
+        (running_at[w] - watcher.placed_at[w]) * 1000
+        for w in sent_at
+        if w in running_at and w in watcher.placed_at
+    )
     return {
         "rate_asked_per_s": rate,
         "count": count,
@@ -150,9 +168,22 @@ async def run_rate(
         "p99_ms": round(latencies[int(0.99 * (placed - 1))], 2) if latencies else None,
         "max_ms": round(latencies[-1], 2) if latencies else None,
         "submit_errors": errors,
+        "submit_to_place_ms": quantiles(hub_ms),
+        "place_to_running_ms": quantiles(spoke_ms),
         **cpu_figures(
             cpu_before, cpu_after, [watcher.spoke_of[w] for w in sent_at if w in running_at]
         ),
+    }
+
+
+def quantiles(values: list[float]) -> dict[str, float] | None:
+    """p50, p99 and max of sorted `values` (ms)."""
+    if not values:
+        return None
+    return {
+        "p50": round(statistics.median(values), 2),
+        "p99": round(values[int(0.99 * (len(values) - 1))], 2),
+        "max": round(values[-1], 2),
     }
 
 

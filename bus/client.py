@@ -327,13 +327,14 @@ class Bus:
         *,
         ack_wait_s: float = 30.0,
         batch: int = FETCH_BATCH,
+        linger_s: float = 0.0,
     ) -> None:
         """Feed a durable pull consumer's messages to `handler`, one at a time, until `stop`.
 
         The handler acks (after it has applied the message) or naks; a handler that raises gets
         the message redelivered after `ack_wait_s`. Messages are fetched up to `batch` at a
         time (what is there, without waiting for more), so a busy stream costs one round trip
-        per batch, not per message.
+        per batch, not per message; `linger_s` as in `consume_batches`.
         """
 
         async def one_by_one(msgs: list[Msg]) -> None:
@@ -344,7 +345,14 @@ class Bus:
                     log.exception("message_handler_failed", subject=msg.subject)
 
         await self.consume_batches(
-            stream, durable, filter_subject, one_by_one, stop, ack_wait_s=ack_wait_s, batch=batch
+            stream,
+            durable,
+            filter_subject,
+            one_by_one,
+            stop,
+            ack_wait_s=ack_wait_s,
+            batch=batch,
+            linger_s=linger_s,
         )
 
     async def consume_batches(
@@ -357,12 +365,20 @@ class Bus:
         *,
         ack_wait_s: float = 30.0,
         batch: int = FETCH_BATCH,
+        linger_s: float = 0.0,
     ) -> None:
         """Feed a durable pull consumer's messages to `handler` as lists, in stream order.
 
         Each list is what was available, up to `batch`: the handler applies them together (one
         store transaction, say) and acks each; what it does not ack comes back after
         `ack_wait_s`.
+
+        `linger_s`: after a batch smaller than `batch`, the next fetch starts no sooner than
+        this after the last one did. A fetch, its handling and its acks cost the same for one
+        message as for a hundred: a consumer that keeps up with a steady stream would
+        otherwise pay them for nearly every message (and so would the server). A message
+        that finds the consumer idle is fetched at once; one that arrives during a batch
+        waits at most this long more.
         """
         config = ConsumerConfig(
             durable_name=durable,
@@ -373,12 +389,15 @@ class Bus:
         )
         sub = None
         delay = 0.1
+        loop = asyncio.get_running_loop()
+        fetched_at = 0.0
         while not stop.is_set():
             try:
                 if sub is None:
                     sub = await self.js.pull_subscribe(
                         filter_subject, durable=durable, stream=stream, config=config
                     )
+                fetched_at = loop.time()
                 msgs = await sub.fetch(batch, timeout=1.0)
                 delay = 0.1
             except (TimeoutError, nats.js.errors.FetchTimeoutError) as exc:
@@ -407,6 +426,10 @@ class Bus:
                 await handler(msgs)
             except Exception:
                 log.exception("message_handler_failed", subject=msgs[0].subject, count=len(msgs))
+            if linger_s > 0 and len(msgs) < batch:
+                rest = fetched_at + linger_s - loop.time()
+                if rest > 0:
+                    await asyncio.sleep(rest)
 
     async def _watch_credentials(self, path: str, every_s: float) -> None:
         """Reconnect when the creds file is replaced (renewed before it expires).

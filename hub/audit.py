@@ -7,7 +7,7 @@ by the hub when burst reports a launch or a termination. Entries are never chang
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -60,27 +60,23 @@ class Auditor:
             result=result[:64],
             detail=detail[:MAX_DETAIL],
         )
+        await self.append(entry)
+
+    async def append(self, entry: AuditEntry) -> None:
+        """Append an entry made here (`nats_entry`); as `record`, a failure is only logged."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((entry, done))
         if self._writer is None or self._writer.done():
             # Its own task: a caller that goes away must not cancel the others' write.
             self._writer = asyncio.create_task(self._write_queued(), name="hub-audit")
-        if not await done:
-            return
-        log.info(
-            "audit",  # never the spec's env: only who, what, which team and target
-            actor=entry.actor,
-            action=action,
-            team=team,
-            target=entry.target,
-            result=entry.result,
-        )
+        await done
 
     async def _write_queued(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
+            entries = [entry for entry, _ in batch]
             try:
-                await self._db(self.store.append_audits, [entry for entry, _ in batch])
+                await self._db(self.store.append_audits, entries)
                 written = True
             except Exception:
                 log.exception("audit_write_failed", entries=len(batch))
@@ -88,15 +84,47 @@ class Auditor:
             for _, done in batch:
                 if not done.done():
                     done.set_result(written)
+            if written:
+                log_written(entries)
+
+    def nats_entry(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> AuditEntry:
+        """The entry of a submission that came over NATS (`gpufed.v1.submit`: no API
+        identity). An accepted one is saved with the workload itself (`HubState.submit_audit`);
+        a refused one goes through `append`."""
+        return AuditEntry(
+            at=self._clock(),
+            actor="nats",
+            role="none",
+            action="submit",
+            team=spec.team,
+            target=(workload_id or "")[:200],
+            result=result[:64],
+            detail=f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s) over NATS"[
+                :MAX_DETAIL
+            ],
+        )
 
     async def nats_submit(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> None:
-        """Audit a submission that came over NATS (`gpufed.v1.submit`: no API identity)."""
-        await self.record(
-            None,
-            "submit",
-            actor="nats",
-            team=spec.team,
-            target=workload_id or "",
-            result=result,
-            detail=f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s) over NATS",
+        """Audit a submission that came over NATS."""
+        await self.append(self.nats_entry(spec, workload_id, result))
+
+
+def log_written(entries: Sequence[AuditEntry]) -> None:
+    """One info line per write, never the spec's env: only who, what, which team and target.
+
+    A write of one entry keeps the line's old fields; a group commit (a burst of submissions)
+    lists its entries on one line: a line each was a tenth of the hub's CPU at 400/s.
+    """
+    if len(entries) == 1:
+        e = entries[0]
+        log.info(
+            "audit", actor=e.actor, action=e.action, team=e.team, target=e.target, result=e.result
         )
+        return
+    log.info(
+        "audit",
+        count=len(entries),
+        entries=[
+            f"{e.actor} {e.action} {e.team or '-'} {e.target or '-'} {e.result}" for e in entries
+        ],
+    )

@@ -57,7 +57,7 @@ class Handlers:
         self,
         state: HubState,
         leases: Leases,
-        submit: Callable[[WorkloadSpec], Awaitable[WorkloadRecord]],
+        submit: Callable[..., Awaitable[WorkloadRecord]],
         reconcile: Callable[[SyncRequest], Awaitable[SyncReply]],
         submit_many: Callable[
             [Sequence[WorkloadSpec], str], Awaitable[list[WorkloadRecord | HubError]]
@@ -85,9 +85,16 @@ class Handlers:
     async def answer_submit(self, msg: Msg) -> None:
         """Take one submission and answer it."""
         spec: WorkloadSpec | None = None
+        audited = False
+        entry_for = self.state.submit_audit
         try:
             spec = WorkloadSpec.model_validate_json(msg.data)
-            record = await self._submit(spec)
+            if entry_for is None:
+                record = await self._submit(spec)
+            else:
+                accepted = spec
+                record = await self._submit(spec, audit=lambda r: entry_for(accepted, r.id, "ok"))
+                audited = True
             reply = SubmitReply(ok=True, workload_id=record.id)
         except ValidationError as exc:
             self.state.counters["submit_invalid"] += 1
@@ -102,7 +109,7 @@ class Handlers:
             log.exception("submit_failed")
             error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
             reply = SubmitReply(ok=False, error=error)
-        if spec is not None:
+        if spec is not None and not audited:
             result = "ok" if reply.ok or reply.error is None else reply.error.code
             for listener in self.state.submit_listeners:
                 await listener(spec, reply.workload_id, result)
@@ -329,6 +336,7 @@ class Handlers:
                 for record in changed.values():
                     if record.phase.terminal:
                         state.forget(record.id)
+                transitions.log_finished(list(changed.values()))
         for msg in msgs:
             await msg.ack()
         state.counters["events"] += len(events)

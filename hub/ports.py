@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from hub.authstore import AuditEntry
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.usage import InstanceBill
 from schemas import Phase
@@ -23,11 +24,14 @@ class Store(Protocol):
         self,
         workloads: Iterable[WorkloadRecord] = (),
         decisions: Iterable[DecisionRecord] = (),
+        audits: Iterable[AuditEntry] = (),
     ) -> None:
-        """Insert or update workloads (with every attempt) and decisions in one transaction.
+        """Insert or update workloads (with every attempt) and decisions, and append audit
+        entries, in one transaction.
 
-        Idempotent: keyed by workload id, (workload id, epoch) and decision id. Returns once
-        committed; on error nothing of the batch is written.
+        Idempotent for workloads and decisions: keyed by workload id, (workload id, epoch) and
+        decision id; audit entries are appended. Returns once committed; on error nothing of
+        the batch is written.
         """
 
     def get(self, workload_id: str) -> WorkloadRecord | None:

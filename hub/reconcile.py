@@ -93,6 +93,7 @@ def _end_unreported(
     # The spoke did not report this end: its last report may still list the devices, which
     # the snapshot must not count twice (see hub.core.fleet).
     ended = transitions.end(w, reason, now, detail)
+    transitions.log_finished([w])
     state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
     state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)
     if w.phase.terminal:

@@ -23,6 +23,7 @@ from bus.client import Bus
 from bus.tasks import supervise
 from hub import reconcile as reconciliation
 from hub import transitions
+from hub.authstore import AuditEntry
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
@@ -63,6 +64,12 @@ T = TypeVar("T")
 
 #: Store key of the policy in force.
 POLICY_KEY = "policy"
+#: Weight of the latest cycle in the smoothed cost that paces the cycles.
+CYCLE_COST_WEIGHT = 0.3
+#: Least time between two fetches of events while they keep coming (`Bus.consume_batches`):
+#: at 400 workloads a second a fetch, a transaction and a cycle trigger served one or two
+#: events each. An end waits at most this much longer to free its devices.
+EVENTS_LINGER_S = 0.01
 
 
 class HubService(HubView):
@@ -139,6 +146,7 @@ class HubService(HubView):
             h.on_events,
             stop,
             ack_wait_s=5.0,  # a crashed hub's unacked events come back quickly
+            linger_s=EVENTS_LINGER_S,
         )
         instances = self.bus.consume(
             burst.BURST_STREAM, burst.HUB_BURST_CONSUMER, burst.BURST_INSTANCES, h.on_instance, stop
@@ -251,13 +259,18 @@ class HubService(HubView):
 
     # --- submissions and cancellations (NATS and REST share these) ---
 
-    async def submit(self, spec: WorkloadSpec, user: str = "") -> WorkloadRecord:
+    async def submit(
+        self,
+        spec: WorkloadSpec,
+        user: str = "",
+        audit: Callable[[WorkloadRecord], AuditEntry] | None = None,
+    ) -> WorkloadRecord:
         """Accept a workload of `user` (who submitted it, where known); raises InvalidWorkload
         for what policy refuses and TooMany when its team already has its policy's
-        `max_queued` workloads queued."""
+        `max_queued` workloads queued. `audit`: the entry that records it, saved with it."""
         await self._refuse_on_standby()
         record = self.submissions.new_record(spec, self.submissions.queued_counts(), user)
-        await self.submissions.commit([record])
+        await self.submissions.commit([record], [audit(record)] if audit is not None else [])
         return record
 
     async def submit_many(
@@ -318,28 +331,33 @@ class HubService(HubView):
         wakeup = self.state.wakeup
         loop = asyncio.get_running_loop()
         earliest = 0.0
+        cost = 0.0  # what a cycle costs the event loop's thread: CPU seconds, smoothed
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), timeout=self._until_next_cycle())
             # Debounced, and no sooner after the last cycle's start than cycle_interval_s or
-            # twice what that cycle took: under load a cycle takes all that arrived meanwhile,
-            # its fixed cost is shared among them, and planning holds at most half the hub.
+            # twice what cycles cost: under load a cycle takes all that arrived meanwhile, its
+            # fixed cost is shared among them, and planning holds at most half the hub.
             wait = max(self.settings.debounce_s, earliest - loop.time())
             if wait > 0:
                 await asyncio.sleep(wait)
-            started = loop.time()
             wakeup.clear()
-            started = time.perf_counter()
+            started, cpu = loop.time(), time.thread_time()
             try:
                 await self.check_leases()
                 await self.reaper.reap()
                 await self.run_cycle()
-                self.metrics.cycle_duration.observe(time.perf_counter() - started)
+                self.metrics.cycle_duration.observe(loop.time() - started)
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)
-            took = loop.time() - started
-            earliest = started + max(self.settings.cycle_interval_s, 2 * took)
+            # The loop thread's CPU time, not the wall clock: waiting for the store thread, a
+            # machine that gives the hub no core, a collector's pause are no planning cost, and
+            # pacing by them spaced the cycles after one slow cycle by twice its length, when
+            # the queue had grown: the tail of submit -> running. Smoothed, so one slow cycle
+            # does not set the pace alone, while a queue whose plans stay slow still does.
+            cost = cost + CYCLE_COST_WEIGHT * (time.thread_time() - cpu - cost)
+            earliest = started + max(self.settings.cycle_interval_s, 2 * cost)
 
     def _until_next_cycle(self) -> float:
         """Seconds to wait for a trigger: a tick, or less when a policy window starts or ends

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from hub.authstore import AuditEntry
 from hub.core.idle import Activity
 from hub.core.model import RunningWorkload
 from hub.core.policy import Policy
@@ -54,10 +55,14 @@ class HubState:
         field(default_factory=list)
     )
     burst_budget: BurstBudget | None = None  # the policy's burst limits, sent with the demand
-    # Told (spec, workload id or None, result) of every submission over NATS (audit log).
+    # Told (spec, workload id or None, result) of every submission over NATS whose audit
+    # entry `submit_audit` did not already save with the workload (refusals; all without it).
     submit_listeners: list[Callable[[WorkloadSpec, str | None, str], Awaitable[None]]] = field(
         default_factory=list
     )
+    # The audit entry of an accepted submission over NATS (spec, workload id, "ok"), saved in
+    # the workload's own transaction: no write of its own, and answered once both are stored.
+    submit_audit: Callable[[WorkloadSpec, str | None, str], AuditEntry] | None = None
     # Workloads seen ending whose spoke's last report may still list them (see fleet).
     ended: dict[str, tuple[RunningWorkload, int]] = field(default_factory=dict)
     # Running workloads' activity (hub.idle): workload id -> (epoch it was read under, activity).

@@ -17,12 +17,13 @@ from typing import Any
 
 import structlog
 from pydantic import TypeAdapter
-from sqlalchemy import Engine, Index, LargeBinary, event, text, update
+from sqlalchemy import Engine, Index, LargeBinary, event, insert, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
 
+from hub.authstore import AuditEntry, AuditRow
 from hub.core.lifecycle import Attempt
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
@@ -36,6 +37,9 @@ _TERMINAL = [p.value for p in Phase if p.terminal]
 #: Workload ids per query when attempts are read for many workloads (bound parameters).
 _ATTEMPT_BATCH = 500
 _ATTEMPT_ADAPTER: TypeAdapter[Attempt] = TypeAdapter(Attempt)
+#: Left out of a workload row's JSON: its attempts (their own table) and what is derived from
+#: them (the computed fields, recomputed on load): serialising those was a third of a save.
+_NOT_STORED = frozenset({"attempts", *WorkloadRecord.model_computed_fields})
 
 
 class WorkloadRow(SQLModel, table=True):
@@ -137,10 +141,13 @@ class Store:
         self,
         workloads: Iterable[WorkloadRecord] = (),
         decisions: Iterable[DecisionRecord] = (),
+        audits: Iterable[AuditEntry] = (),
     ) -> None:
-        """Insert or update workloads (with every attempt) and decisions in one transaction.
+        """Insert or update workloads (with every attempt) and decisions, and append audit
+        entries, in one transaction.
 
-        Idempotent: keyed by workload id, (workload id, epoch) and decision id.
+        Idempotent for workloads and decisions: keyed by workload id, (workload id, epoch) and
+        decision id. An audit entry saved with what it records costs no transaction of its own.
         """
         rows = []
         attempt_rows: list[dict[str, Any]] = []
@@ -152,11 +159,12 @@ class Store:
                     "phase": w.phase.value,
                     "submitted_at": w.submitted_at,
                     "spoke_id": w.spoke_id,
-                    "data": w.model_dump_json(exclude={"attempts"}),
+                    "data": w.model_dump_json(exclude=_NOT_STORED),  # type: ignore[arg-type]
                 }
             )
             attempt_rows.extend(_attempt_row(w.id, a) for a in w.attempts)
         decision_rows = [d.model_dump() for d in decisions]
+        audit_rows = [e.model_dump(exclude={"seq"}) for e in audits]
         # Core upserts, not ORM merges: the hub writes on every submission and event, and a
         # merge costs a SELECT per row before its write.
         with self.engine.begin() as conn:
@@ -169,6 +177,8 @@ class Store:
                 conn.execute(
                     self._upsert(DecisionRow, "decision_id", decision_rows[0]), decision_rows
                 )
+            if audit_rows:
+                conn.execute(insert(AuditRow.__table__), audit_rows)  # type: ignore[attr-defined]
 
     def _upsert(self, model: Any, key: str | tuple[str, ...], sample: dict[str, Any]) -> Any:
         cache_key = (model, key, tuple(sample))

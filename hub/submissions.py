@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import Sequence
 
 import structlog
 
+from hub.audit import log_written
+from hub.authstore import AuditEntry
 from hub.errors import InvalidWorkload, TooMany, Unavailable
 from hub.ids import new_workload_id
 from hub.records import WorkloadRecord
@@ -22,7 +25,9 @@ class Submissions:
 
     def __init__(self, state: HubState) -> None:
         self.state = state
-        self._waiting: list[tuple[list[WorkloadRecord], asyncio.Future[None]]] = []
+        self._waiting: list[
+            tuple[list[WorkloadRecord], list[AuditEntry], asyncio.Future[None]]
+        ] = []
         self._committer: asyncio.Task[None] | None = None
 
     def queued_counts(self) -> QueuedCounts:
@@ -30,13 +35,13 @@ class Submissions:
         return QueuedCounts(self)
 
     def _in_flight(self) -> int:
-        return len(self.state.workloads) + sum(len(records) for records, _ in self._waiting)
+        return len(self.state.workloads) + sum(len(records) for records, _, _ in self._waiting)
 
     def _count_queued(self) -> Counter[str]:
         counts: Counter[str] = Counter(
             w.spec.team for w in self.state.workloads.values() if w.phase == Phase.QUEUED
         )
-        counts.update(r.spec.team for records, _ in self._waiting for r in records)
+        counts.update(r.spec.team for records, _, _ in self._waiting for r in records)
         return counts
 
     def new_record(
@@ -64,8 +69,11 @@ class Submissions:
         record.note(now, "submitted")
         return record
 
-    async def commit(self, records: list[WorkloadRecord]) -> None:
-        """Save new workloads, then take them on (group commit).
+    async def commit(
+        self, records: list[WorkloadRecord], audits: Sequence[AuditEntry] = ()
+    ) -> None:
+        """Save new workloads (and the audit entries of their submission), then take them on
+        (group commit).
 
         Submissions that arrive while a save is under way wait and are saved together in the
         next transaction: under load one commit serves many submissions. Returns once
@@ -74,7 +82,7 @@ class Submissions:
         if not records:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((records, done))
+        self._waiting.append((records, list(audits), done))
         if self._committer is None or self._committer.done():
             # Its own task: a submitter that goes away must not cancel the others' save.
             self._committer = asyncio.create_task(self._commit_queued(), name="hub-commit")
@@ -87,16 +95,17 @@ class Submissions:
                 await self._commit_batch(batch)
 
     async def _commit_batch(
-        self, batch: list[tuple[list[WorkloadRecord], asyncio.Future[None]]]
+        self, batch: list[tuple[list[WorkloadRecord], list[AuditEntry], asyncio.Future[None]]]
     ) -> None:
-        records = [r for rs, _ in batch for r in rs]
+        records = [r for rs, _, _ in batch for r in rs]
+        audits = [e for _, es, _ in batch for e in es]
         try:
             async with self.state.lock:
-                await self.state.db(self.state.store.save, records)
+                await self.state.db(self.state.store.save, records, (), audits)
                 for record in records:
                     self.state.workloads[record.id] = record
         except BaseException as exc:
-            for _, done in batch:
+            for _, _, done in batch:
                 if not done.done():
                     done.set_exception(
                         exc
@@ -104,10 +113,12 @@ class Submissions:
                         else Unavailable("the hub is stopping; try again")
                     )
             raise
-        for _, done in batch:
+        for _, _, done in batch:
             if not done.done():  # its submitter may have gone away
                 done.set_result(None)
         self.state.counters["submitted"] += len(records)
+        if audits:
+            log_written(audits)
         for record in records:
             log.debug(  # each submission's info line is its audit entry's
                 "workload_submitted",

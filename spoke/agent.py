@@ -64,6 +64,10 @@ log = structlog.get_logger(__name__)
 MIN_REPORT_INTERVAL_S = 0.05
 #: Decision ids remembered to drop repeats (JetStream dedupes only inside its window).
 SEEN_DECISIONS = 100_000
+#: Least time between two fetches of commands while they keep coming (`Bus.consume`): a fetch
+#: costs the spoke and the server the same for one Place as for many. A Place that finds the
+#: spoke idle is fetched at once; one that arrives while it starts others waits at most this.
+COMMANDS_LINGER_S = 0.005
 
 
 class SpokeAgent:
@@ -159,6 +163,7 @@ class SpokeAgent:
                         subjects.commands(self.settings.id),
                         self._on_command_msg,
                         stop,
+                        linger_s=COMMANDS_LINGER_S,
                     ),
                     "spoke-commands",
                 )

@@ -70,7 +70,8 @@ def build_hub(
     security = ApiSecurity(service, AuthStore(store.engine))
     meter = SpendMeter(service, security.auditor)
     security.month_spend = meter.spend
-    service.state.submit_listeners.append(security.auditor.nats_submit)
+    service.state.submit_audit = security.auditor.nats_entry  # saved with the workload
+    service.state.submit_listeners.append(security.auditor.nats_submit)  # the refused
     return Hub(service, store, create_app(service, security), security, meter)
 
 

@@ -237,6 +237,26 @@ async def test_mutating_actions_are_audited_with_who_what_and_result(callers: Ca
     assert own_only and {e["team"] for e in own_only} == {OWN}
 
 
+async def test_a_submission_over_nats_is_audited_with_its_workload(callers: Callers) -> None:
+    bus = Bus(callers.fed.tool_settings())
+    await bus.connect()
+    try:
+        msgs = [
+            await bus.nc.request(subjects.SUBMIT, json.dumps(job(OWN, f"n{i}")).encode(), 5)
+            for i in range(3)
+        ]
+    finally:
+        await bus.close()
+    ids = {SubmitReply.model_validate_json(m.data).workload_id for m in msgs}
+    assert None not in ids and len(ids) == 3
+    # Answered once stored: the entries are there as soon as the replies are.
+    entries = (await callers["admin"].get("/v1/audit", params={"action": "submit"})).json()
+    audited = {e["target"]: e for e in entries if e["actor"] == "nats"}
+    assert ids <= audited.keys()
+    assert all(audited[i]["team"] == OWN and audited[i]["result"] == "ok" for i in ids)
+    assert all("over NATS" in audited[i]["detail"] for i in ids)
+
+
 async def test_hostile_input_is_refused_cleanly(callers: Callers) -> None:
     admin = callers["admin"]
     for limit in ("1e20", "0", "-1", "99999999999999999999", "abc"):
