@@ -90,8 +90,7 @@ def main() -> int:
     load_s = time.perf_counter() - started
     fleet = load_fleet(args.fleet)
     policy = load_policy(args.policy.read_text(encoding="utf-8"))
-    if args.ordering is not None:
-        policy = replace(policy, ordering=replace(policy.ordering, mode=args.ordering))
+    policy = _ordering(policy, args)
     catalog = load_catalog()
     knobs: dict[str, Any] = {}
     if args.max_instances is not None:
@@ -157,6 +156,17 @@ def main() -> int:
     }
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _ordering(policy: Policy, args: argparse.Namespace) -> Policy:
+    """`policy` with the ordering knobs given on the command line."""
+    knobs: dict[str, Any] = {}
+    if args.ordering is not None:
+        knobs["mode"] = args.ordering
+    for name in ("patience_s", "resumed_min_run_s"):
+        if getattr(args, name) is not None:
+            knobs[name] = getattr(args, name)
+    return replace(policy, ordering=replace(policy.ordering, **knobs)) if knobs else policy
 
 
 def _entry(jobs: list[Job], setup: ReplaySetup) -> dict[str, Any]:
@@ -349,6 +359,10 @@ def _args() -> argparse.Namespace:
     )
     p.add_argument(
         "--ordering", choices=("fifo", "las"), default=None, help="override the policy's ordering"
+    )
+    p.add_argument("--patience-s", type=float, default=None, help="override ordering.patience_s")
+    p.add_argument(
+        "--resumed-min-run-s", type=float, default=None, help="override ordering.resumed_min_run_s"
     )
     return p.parse_args()
 

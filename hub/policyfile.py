@@ -363,6 +363,8 @@ class _OrderingDoc(_Doc):
     promote_knob: float = Field(default=8.0, ge=0)
     exempt_gpus: int = Field(default=32, ge=0)
     min_run_s: float = Field(default=0.0, ge=0)
+    patience_s: float = Field(default=0.0, ge=0)
+    resumed_min_run_s: float = Field(default=0.0, ge=0)
 
 
 class _PolicyDoc(_Doc):

@@ -15,6 +15,12 @@ who gets the GPUs teams borrow beyond their guarantees (`Policy.ordering`, mode 
   work of a higher level, of its own priority class or lower, while that team keeps at least
   its guarantee (only GPUs beyond it are taken). Gangs of `exempt_gpus` GPUs or more are never
   taken this way (plain 2D-LAS demotes wide gangs first and starves them).
+- **Patience**: a workload takes borrowed GPUs this way only once `patience_s` has passed since
+  it was submitted; before that it waits for GPUs that free up by themselves (on a busy cluster
+  of many short jobs most do within minutes), so fewer jobs are stopped for it. Work is taken
+  only after running `min_run_s` since it last started, work that ran before (an earlier
+  attempt) only after `resumed_min_run_s`, if longer: the same long job is not stopped, resumed
+  and stopped again over and over.
 - **Starvation guard**: a pending workload that has waited `promote_knob` times as long as it
   has run goes back to level 0 (Tiresias' PromoteKnob).
 
@@ -58,6 +64,18 @@ def pending_level(w: Workload, ordering: Ordering, now: float) -> int:
     return level
 
 
+def rescue_level(w: Workload, ordering: Ordering, now: float) -> int:
+    """The level `w` takes borrowed GPUs at: its queue level, or the top level (nothing above
+    it to take) while it is within its patience.
+
+    A workload within its patience may preempt exactly as much as one on the top level, so the
+    placement core's memo of failed searches (keyed by level) stays sound.
+    """
+    if ordering.mode == "las" and now - w.submitted_at < ordering.patience_s:
+        return len(ordering.thresholds_gpu_s)
+    return pending_level(w, ordering, now)
+
+
 def served(attempts: Iterable[Attempt], gpus: float) -> float:
     """GPU-seconds of the attempts that started and ended (a live one counts from started_at)."""
     total = 0.0
@@ -85,6 +103,7 @@ def las_victims(
     if ordering.mode != "las" or level + 1 > len(ordering.thresholds_gpu_s):
         return
     found: list[Holding] = []
+    resumed_min = max(ordering.min_run_s, ordering.resumed_min_run_s)
     for other, beyond in victims.beyond_guarantee(model):
         if other == team or beyond <= EPS:
             continue
@@ -97,7 +116,8 @@ def las_victims(
                 and h.value <= value
                 and (ordering.exempt_gpus <= 0 or h.amount < ordering.exempt_gpus)
                 and h.amount <= left + EPS
-                and now - h.started_at >= ordering.min_run_s
+                and now - h.started_at
+                >= (resumed_min if h.workload.attained_gpu_s > 0 else ordering.min_run_s)
                 and level_of(attained(h.workload, now), ordering) > level
             ):
                 found.append(h)

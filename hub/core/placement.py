@@ -43,7 +43,7 @@ from hub.core.model import (
     Unplaced,
     Workload,
 )
-from hub.core.ordering import las_victims, pending_level
+from hub.core.ordering import las_victims, pending_level, rescue_level
 from hub.core.policy import Policy, PriorityClass, Team
 from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
@@ -295,7 +295,7 @@ class _Planner:
         best: Rescue | None = None
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
         ordering = self.policy.ordering
-        level = pending_level(workload, ordering, self.now)
+        level = rescue_level(workload, ordering, self.now)
         for model in sig.by_model:
             failed = self.no_rescue.setdefault((spec.team, sig.key, model, level), [])
             earmarked = workload.id in victims.earmarked  # work stopping for it: look again

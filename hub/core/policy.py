@@ -204,7 +204,10 @@ class Ordering:
     class or lower, never a gang of `exempt_gpus` GPUs or more) as long as that team keeps its
     guarantee. A workload that waited `promote_knob` times as long as it ran goes back to level
     0 (Tiresias' starvation guard). Work is taken only once it has run `min_run_s` since it
-    last started, so resumed work is not stopped again at once.
+    last started, so resumed work is not stopped again at once (work that ran before, in an
+    earlier attempt, only after `resumed_min_run_s` if that is longer: 1e9 stops a job for LAS
+    at most once), and only for a workload submitted at least `patience_s` ago: until then it
+    waits for GPUs to free up by themselves.
     """
 
     mode: str = "fifo"
@@ -212,6 +215,8 @@ class Ordering:
     promote_knob: float = 8.0
     exempt_gpus: int = 32
     min_run_s: float = 0.0
+    patience_s: float = 0.0
+    resumed_min_run_s: float = 0.0
 
 
 ORDERING_MODES = ("fifo", "las")
@@ -360,6 +365,10 @@ def _ordering_problems(ordering: Ordering) -> list[str]:
         problems.append("ordering.promote_knob: must be between 0 (never) and 1000000")
     if not 0 <= ordering.min_run_s <= 1e9:
         problems.append("ordering.min_run_s: must be between 0 and 1e9 seconds")
+    if not 0 <= ordering.patience_s <= 1e9:
+        problems.append("ordering.patience_s: must be between 0 and 1e9 seconds")
+    if not 0 <= ordering.resumed_min_run_s <= 1e9:
+        problems.append("ordering.resumed_min_run_s: must be between 0 and 1e9 seconds")
     if ordering.exempt_gpus < 0:
         problems.append("ordering.exempt_gpus: must not be negative")
     return problems

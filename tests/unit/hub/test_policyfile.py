@@ -47,10 +47,13 @@ def test_round_trip_through_dict_yaml_and_json() -> None:
 
 
 def test_ordering_loads_and_round_trips() -> None:
-    policy = load_policy("ordering: {mode: las, thresholds_gpu_s: [3250, 7200], min_run_s: 60}")
+    policy = load_policy(
+        "ordering: {mode: las, thresholds_gpu_s: [3250, 7200], min_run_s: 60, patience_s: 300}"
+    )
     assert policy.ordering.mode == "las"
     assert policy.ordering.thresholds_gpu_s == (3250.0, 7200.0)
     assert policy.ordering.min_run_s == 60.0
+    assert policy.ordering.patience_s == 300.0
     assert policy.ordering.exempt_gpus == 32  # default
     assert load_policy(dump_policy(policy)) == policy
     assert load_policy("").ordering.mode == "fifo"

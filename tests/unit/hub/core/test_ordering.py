@@ -115,6 +115,50 @@ def test_higher_priority_work_is_never_taken_for_lower() -> None:
     assert result.preemptions == ()
 
 
+def test_a_fresh_workload_waits_its_patience_before_borrowed_work_is_stopped() -> None:
+    patient = replace(POLICY, ordering=replace(LAS, patience_s=600.0))
+    young = pending("w", at=NOW - 599, team="speech", gpus=8)
+    result = run(young, active=long_and_short(), policy=patient)
+    assert result.preemptions == ()
+    assert result.unplaced[0].reason == "insufficient_free"  # it waits like any other
+    due = pending("w", at=NOW - 600, team="speech", gpus=8)
+    assert victims(run(due, active=long_and_short(), policy=patient)) == ["long"]
+
+
+def test_patience_never_delays_reclaiming_a_guarantee() -> None:
+    patient = replace(POLICY, ordering=replace(LAS, patience_s=3600.0))
+    mine = pending("mine", at=NOW, team="vision", gpus=8)  # vision is guaranteed 8
+    result = run(mine, active=long_and_short(), policy=patient)
+    assert victims(result) == ["short"]  # reclaim takes the newest borrowed work
+    assert "reclaimed" in result.preemptions[0].reason
+
+
+def test_a_patient_workload_does_not_stop_an_older_one_of_its_team_taking_gpus() -> None:
+    # The young training job comes first in the queue and may take nothing yet; the old batch
+    # job behind it has waited long enough and takes the long batch job's GPUs.
+    patient = replace(POLICY, ordering=replace(LAS, patience_s=600.0))
+    active = (
+        running("long", "s1", {"n1": range(8)}, started=NOW - 7200, team="nlp", cls="batch"),
+        running("long2", "s1", {"n2": range(8)}, started=NOW - 7200, team="nlp", cls="batch"),
+    )
+    young = pending("young", at=NOW - 10, team="speech", gpus=8)
+    old = pending("old", at=NOW - 1200, team="speech", gpus=8, cls="batch")
+    result = run(young, old, active=active, policy=patient)
+    assert [p.for_workload for p in result.preemptions] == ["old"]
+
+
+def test_work_stopped_once_is_not_stopped_again_with_resumed_min_run_s() -> None:
+    once = replace(POLICY, ordering=replace(LAS, resumed_min_run_s=1e9))
+    resumed = (
+        replace(long_and_short()[0], attained_gpu_s=8 * 3600.0),  # ran before, was stopped
+        long_and_short()[1],
+    )
+    fresh = pending("w", team="speech", gpus=8)
+    assert run(fresh, active=resumed, policy=once).preemptions == ()
+    assert victims(run(fresh, active=resumed)) == ["long"]  # without the knob: again
+    assert victims(run(fresh, active=long_and_short(), policy=once)) == ["long"]  # first time
+
+
 def test_queue_goes_by_level_then_age() -> None:
     # One free node: the fresh workload goes first although the other was submitted earlier.
     base = fleet(spoke("s1", node("n1")))
@@ -150,3 +194,5 @@ def test_bad_ordering_is_reported() -> None:
     problems = check_policy(bad)
     assert any(p.startswith("ordering.mode") for p in problems)
     assert any(p.startswith("ordering.thresholds_gpu_s") for p in problems)
+    impatient = Policy(ordering=Ordering(mode="las", patience_s=-1.0))
+    assert any(p.startswith("ordering.patience_s") for p in check_policy(impatient))

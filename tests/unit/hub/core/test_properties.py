@@ -67,7 +67,12 @@ def policies(draw: st.DrawFn) -> Policy:
     ordering = Ordering()
     if draw(st.booleans()):  # least attained service, with levels low enough to matter here
         steps = draw(st.sampled_from(((60.0,), (10.0, 1000.0), (3600.0,))))
-        ordering = Ordering("las", steps, exempt_gpus=draw(st.sampled_from((0, 16))))
+        ordering = Ordering(
+            "las",
+            steps,
+            exempt_gpus=draw(st.sampled_from((0, 16))),
+            patience_s=draw(st.sampled_from((0.0, 100.0))),
+        )
     if draw(st.integers(0, 4)) == 0:
         return Policy(ordering=ordering)
     dept = draw(st.booleans())
