@@ -13,7 +13,8 @@ gpufed/immediate and gpufed/gpufed, and prints one JSON object:
   its cloud cost (goal <= 0.5).
 
 `--load-factor K` divides submit times by K (arrivals K times as fast); `--limit-jobs N`
-replays the first N jobs; burst knobs as in `gpufed replay`. `--trace F --format csv` (with
+replays the first N jobs; burst knobs as in `gpufed replay`, except that no instance cap
+applies unless `--max-instances` sets one (`immediate` has none). `--trace F --format csv` (with
 `--fleet`, `--policy`) replays another trace. Matrix entries (and the sweep's schedulers) run
 in parallel processes, `--workers` at a time (default: the CPUs). docs/replay.md has the
 results.
@@ -92,11 +93,9 @@ def main() -> int:
     policy = load_policy(args.policy.read_text(encoding="utf-8"))
     policy = _ordering(policy, args)
     catalog = load_catalog()
-    knobs: dict[str, Any] = {}
-    if args.max_instances is not None:
-        knobs["max_instances"] = args.max_instances
-    if args.unlimited_instances:
-        knobs["max_instances"] = None
+    # No instance cap unless asked: `immediate` has none, so the burst goals compare the
+    # planners, not the controller's safety cap of 10 (which binds early at load factor 4).
+    knobs: dict[str, Any] = {"max_instances": args.max_instances}
     for name in ("burst_after", "idle_ttl", "cooldown", "wait_per_gpu"):
         if getattr(args, name) is not None:
             knobs[f"{name}_s"] = getattr(args, name)
@@ -347,8 +346,12 @@ def _args() -> argparse.Namespace:
     p.add_argument("--load-factor", type=float, default=1.0, help="divide submit times by K")
     p.add_argument("--cycle-s", type=float, default=10.0)
     p.add_argument("--matrix", type=lambda s: s.split(","), default=list(MATRIX))
-    p.add_argument("--max-instances", type=int, default=None)
-    p.add_argument("--unlimited-instances", action="store_true")
+    p.add_argument(
+        "--max-instances", type=int, default=None, help="burst: instance cap (default: none)"
+    )
+    p.add_argument(
+        "--unlimited-instances", action="store_true", help="the default; kept for scripts"
+    )
     p.add_argument("--burst-after", type=float, default=None)
     p.add_argument("--idle-ttl", type=float, default=None)
     p.add_argument("--cooldown", type=float, default=None)
