@@ -181,3 +181,37 @@ async def test_a_workload_runs_in_its_working_dir_and_a_missing_one_fails_it(
     missing = by_workload[("w2", EventPhase.FAILED)]
     assert (missing.exit_code, missing.reason) == (127, "cannot_start")
     assert "No such file or directory" in missing.message
+
+
+async def test_every_rank_writes_to_one_log_readable_from_the_start(tmp_path: Path) -> None:
+    """The wrapper, not the spoke, creates the log: reading it just after the start finds an
+    empty log rather than none, and every rank's output (stdout and stderr) ends up in it."""
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    release = tmp_path / "release"
+    script = f'while [ ! -e {release} ]; do sleep 0.05; done; echo "out $0"; echo "err $0" >&2'
+    launch = Launch(
+        workload_id="gang",
+        epoch=1,
+        decision_id="gang-e1-place",
+        spec=WorkloadSpec(name="w", team="t", command=("sh", "-c", script)),
+        assignments=(Assignment(node="n0", devices=(0,)), Assignment(node="n1", devices=(0,))),
+    )
+    runtime = LocalRuntime(sink, tmp_path / "logs")
+    try:
+        await runtime.start(launch)
+        first = runtime.read_log("gang", None, None, 1000)
+        release.touch()
+        await wait_until(lambda: len(events) == 2, timeout=10, what="the end of the gang")
+        last = runtime.read_log("gang", 1, 0, 1000)
+    finally:
+        await runtime.close()
+    assert (first.epoch, first.data) == (1, b"")
+    assert sorted(last.data.decode().splitlines()) == ["err sh", "err sh", "out sh", "out sh"]
+    assert [(e.phase, e.exit_code) for e in events] == [
+        (EventPhase.RUNNING, None),
+        (EventPhase.SUCCEEDED, 0),
+    ]
