@@ -73,6 +73,7 @@ EXTRA = (
     "avg_bounded_slowdown",
     "p99_bounded_slowdown",
     "preemptions",
+    "consolidations",
     "cloud_gpu_hours",
     "cloud_instances",
     "cloud_unused_instances",
@@ -158,14 +159,25 @@ def main() -> int:
 
 
 def _ordering(policy: Policy, args: argparse.Namespace) -> Policy:
-    """`policy` with the ordering knobs given on the command line."""
+    """`policy` with the ordering and consolidation knobs given on the command line."""
     knobs: dict[str, Any] = {}
     if args.ordering is not None:
         knobs["mode"] = args.ordering
     for name in ("patience_s", "resumed_min_run_s"):
         if getattr(args, name) is not None:
             knobs[name] = getattr(args, name)
-    return replace(policy, ordering=replace(policy.ordering, **knobs)) if knobs else policy
+    if knobs:
+        policy = replace(policy, ordering=replace(policy.ordering, **knobs))
+    moves: dict[str, Any] = {}
+    if args.consolidate is not None:
+        moves["enabled"] = args.consolidate == "on"
+    if args.consolidate_after_s is not None:
+        moves["after_s"] = args.consolidate_after_s
+    if args.consolidate_max is not None:
+        moves["max_per_cycle"] = args.consolidate_max
+    if moves:
+        policy = replace(policy, consolidation=replace(policy.consolidation, **moves))
+    return policy
 
 
 def _entry(jobs: list[Job], setup: ReplaySetup) -> dict[str, Any]:
@@ -367,6 +379,11 @@ def _args() -> argparse.Namespace:
     p.add_argument(
         "--resumed-min-run-s", type=float, default=None, help="override ordering.resumed_min_run_s"
     )
+    p.add_argument(
+        "--consolidate", choices=("on", "off"), default=None, help="override consolidation.enabled"
+    )
+    p.add_argument("--consolidate-after-s", type=float, default=None)
+    p.add_argument("--consolidate-max", type=int, default=None, help="moves per cycle")
     return p.parse_args()
 
 

@@ -72,6 +72,7 @@ from hub.core.policy import (
     Aging,
     BurstBudget,
     ClassChange,
+    Consolidation,
     Department,
     Ordering,
     Policy,
@@ -164,6 +165,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         burst=BurstBudget(doc.burst.dollars_per_hour),
         sessions=session_rules(doc.sessions),
         idle=idle_rules(doc.idle),
+        consolidation=Consolidation(**doc.consolidation.model_dump()),
     )
     problems = check_policy(policy) + check_windows(policy)
     if problems:
@@ -217,6 +219,7 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             "max_gangs": policy.reservation.max_gangs,
         },
         "ordering": asdict(policy.ordering) | {"thresholds_gpu_s": list(thresholds)},
+        "consolidation": asdict(policy.consolidation),
         "burst": {"dollars_per_hour": policy.burst.dollars_per_hour},
         "sessions": sessions_dict(policy.sessions),
         "idle": idle_dict(policy.idle),
@@ -367,6 +370,12 @@ class _OrderingDoc(_Doc):
     resumed_min_run_s: float = Field(default=0.0, ge=0)
 
 
+class _ConsolidationDoc(_Doc):
+    enabled: bool = False
+    after_s: float = Field(default=1800.0, ge=0)
+    max_per_cycle: int = Field(default=4, ge=0)
+
+
 class _PolicyDoc(_Doc):
     version: int = FORMAT_VERSION
     priority_classes: list[_ClassDoc] | None = Field(default=None, max_length=64)
@@ -377,6 +386,7 @@ class _PolicyDoc(_Doc):
     windows: list[_WindowDoc] = Field(default_factory=list)
     reservation: _ReservationDoc = Field(default_factory=_ReservationDoc)
     ordering: _OrderingDoc = Field(default_factory=_OrderingDoc)
+    consolidation: _ConsolidationDoc = Field(default_factory=_ConsolidationDoc)
     burst: _BurstDoc = Field(default_factory=_BurstDoc)
     sessions: SessionsDoc = Field(default_factory=SessionsDoc)
     idle: IdleDoc = Field(default_factory=IdleDoc)

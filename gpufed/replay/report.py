@@ -72,6 +72,7 @@ def build_report(run: ReplayRun, trace: dict[str, Any] | None = None) -> dict[st
         "avg_bounded_slowdown": bsld["avg"],
         "p99_bounded_slowdown": bsld["p99"],
         "preemptions": outcome.preemptions,
+        "consolidations": outcome.consolidations,
         "cloud_instances": cloud["instances"],
         "cloud_unused_instances": cloud["unused_instances"],
         "cloud_gpu_hours": cloud["gpu_hours"],

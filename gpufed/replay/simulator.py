@@ -10,7 +10,8 @@ lifecycle (`hub.core.lifecycle`: every placement an attempt under a new epoch):
 - a preemption marks the job `preempting` (with `preempted_for`), as the hub does once its
   Preempt command went out; the spoke stops it `preempt_grace_s` later, frees its devices and
   the job is queued again with its original submit time. With `on_preempt="resume"` it keeps
-  the work it has done (checkpointed training), with `"restart"` it starts over;
+  the work it has done (checkpointed training), with `"restart"` it starts over. Moves of
+  cloud work back on-prem (`hub.core.consolidate`) are such preemptions, also counted apart;
 - unplaced jobs stay queued (their last reason is kept for the report).
 
 Cycles are coalesced like the hub's debounce: one runs after something changed (an arrival, a
@@ -31,6 +32,7 @@ from typing import Protocol
 from gpufed.replay.cluster import Cluster
 from gpufed.replay.traces import Job
 from hub.core import lifecycle
+from hub.core.consolidate import CONSOLIDATE
 from hub.core.lifecycle import EndReason, Lifecycle, RetryRules
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from schemas import SpokeKind, WorkloadSpec
@@ -99,6 +101,7 @@ class Outcome:
     # (start, end, job index, on a cloud spoke) per stretch a job held devices
     segments: list[tuple[float, float, int, bool]] = field(default_factory=list)
     preemptions: int = 0
+    consolidations: int = 0  # of the preemptions: cloud work moved on-prem (hub.core.consolidate)
     cycles: int = 0
     waiting: dict[str, str] = field(default_factory=dict)  # job never started -> last reason
     finished_at: float = 0.0
@@ -328,6 +331,8 @@ class Simulator:
                 victim, preempting=True, preempted_for=preemption.for_workload or None
             )
             self.outcome.preemptions += 1
+            if preemption.reason.startswith(CONSOLIDATE):
+                self.outcome.consolidations += 1
             i = index[victim.id]
             lc = self.lifecycles[i]
             for_workload = preemption.for_workload or None

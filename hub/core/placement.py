@@ -7,6 +7,8 @@ free devices (`fit`), and when none are free, looks for running work it may wait
 
 Placements made earlier in the plan take their devices off the working copy of the fleet
 (`capacity`) and count toward their team's usage, so nothing is booked twice within a plan.
+What the plan leaves free may then take work back from cloud spokes (`consolidate`, off by
+default).
 
 A deep queue costs little: a workload whose team, class and shape class (signature and shape)
 already failed in this plan, with nothing booked or freed for anyone since (`gen`), gets the
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 
 from hub.core import explain
 from hub.core.capacity import EPS, Capacity
+from hub.core.consolidate import consolidate
 from hub.core.fairshare import queue_order
 from hub.core.fit import (
     Fit,
@@ -184,6 +187,9 @@ class _Planner:
                 last = self.unplaced[-1]
                 if not last.waiting_for:
                     failed[key] = (gen, last)
+        taken = frozenset(p.workload_id for p in self.preemptions)
+        moves = consolidate(self.capacity, self.running, self.policy, self.now, self._onprem, taken)
+        self.preemptions.extend(moves)
         return Plan(
             placements=tuple(self.placements),
             preemptions=tuple(self.preemptions),
@@ -246,6 +252,16 @@ class _Planner:
                 self.gen += 1  # not the same answer for the next gang of this class
                 message += f"; holding {spec.nodes} nodes of spoke {spoke} for it"
         self.unplaced.append(Unplaced(workload.id, reason, message))
+
+    def _onprem(self, spec: WorkloadSpec) -> Sig:
+        """`spec`'s pools without cloud spokes (where consolidated work goes)."""
+        reserved_key = spec.team if self.capacity.has_reserved else ""
+        needs = capability_needs(spec, frozenset(), self.capacity)
+        key = sig_key(spec, False, reserved_key, needs)
+        sig = self.sigs.get(key)
+        if sig is None:
+            sig = self.sigs[key] = self._sig(key, spec, False, frozenset())
+        return sig
 
     def _sig(self, key: SigKey, spec: WorkloadSpec, may_burst: bool, avoid: frozenset[str]) -> Sig:
         """A signature with fresh failure caches (free devices change between plans)."""

@@ -223,6 +223,21 @@ ORDERING_MODES = ("fifo", "las")
 
 
 @dataclass(frozen=True, slots=True)
+class Consolidation:
+    """Bringing work that runs on a cloud spoke back on-prem (`hub.core.consolidate`).
+
+    When `enabled`, a plan that leaves on-prem GPUs free (after placing and holding for every
+    pending workload it could) stops up to `max_per_cycle` preemptible jobs that have run at
+    least `after_s` on a cloud spoke and fit those GPUs: they checkpoint, are queued again,
+    and go on-prem; the emptied instance is released by burst's idle_ttl.
+    """
+
+    enabled: bool = False
+    after_s: float = 1800.0
+    max_per_cycle: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """Global policy the placement core decides with.
 
@@ -243,6 +258,7 @@ class Policy:
     burst: BurstBudget = field(default_factory=BurstBudget)
     sessions: SessionRules = field(default_factory=SessionRules)
     idle: IdleRules = field(default_factory=IdleRules)
+    consolidation: Consolidation = field(default_factory=Consolidation)
     _classes: Mapping[str, PriorityClass] = field(init=False, repr=False, compare=False)
     _teams: Mapping[str, Team] = field(init=False, repr=False, compare=False)
     _departments: Mapping[str, Department] = field(init=False, repr=False, compare=False)
@@ -345,6 +361,11 @@ def check_policy(policy: Policy) -> list[str]:
     if not 0 <= policy.aging.step <= MAX_PRIORITY:
         problems.append(f"aging.step: must be between 0 and {MAX_PRIORITY}")
     problems += _ordering_problems(policy.ordering)
+    rule = policy.consolidation
+    if not 0 <= rule.after_s <= 1e9:
+        problems.append("consolidation.after_s: must be between 0 and 1e9 seconds")
+    if not 0 <= rule.max_per_cycle <= 10_000:
+        problems.append("consolidation.max_per_cycle: must be between 0 and 10000")
     for cls in policy.classes:
         if not -MAX_PRIORITY <= cls.value <= MAX_PRIORITY:
             problems.append(

@@ -63,6 +63,16 @@ def test_ordering_loads_and_round_trips() -> None:
         load_policy("ordering: {mode: las, thresholds_gpu_s: [7200, 3600]}")
 
 
+def test_consolidation_is_off_unless_the_policy_turns_it_on() -> None:
+    assert not load_policy("").consolidation.enabled
+    policy = load_policy("consolidation: {enabled: true, after_s: 600, max_per_cycle: 2}")
+    rule = policy.consolidation
+    assert (rule.enabled, rule.after_s, rule.max_per_cycle) == (True, 600.0, 2)
+    assert policy_from_dict(policy_to_dict(policy)) == policy
+    with pytest.raises(PolicyError, match=r"consolidation\.after_s"):
+        load_policy("consolidation: {after_s: -1}")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -12,7 +12,7 @@ from gpufed.replay.fleet import Fleet, fleet_from_dict
 from gpufed.replay.runner import ReplayRun, ReplaySetup, run_replay
 from gpufed.replay.simulator import SimConfig
 from gpufed.replay.traces import Job
-from hub.core.policy import Policy, Team
+from hub.core.policy import Consolidation, Policy, Team
 
 CATALOG = """
 as_of: 2025-01-15
@@ -112,3 +112,39 @@ def test_right_sized_instances_are_released_as_their_own_job_ends() -> None:
     assert sized.outcome.first_start == packed.outcome.first_start
     end = 10_000.0
     assert sum(i.cost(end) for i in sized.cloud.instances) < packed.cloud.instances[0].cost(end)
+
+
+def test_a_long_cloud_job_moves_on_prem_once_on_prem_frees_and_its_instance_goes() -> None:
+    node = {"name": "n0", "gpu_model": "A100", "gpu_count": 2}
+    two = fleet_from_dict({"spokes": [{"id": "dc", "region": "eu", "nodes": [node]}]})
+    knobs = BurstPolicy(burst_after_s=0.0, idle_ttl_s=60.0, cooldown_s=0.0)
+    policy = Policy(consolidation=Consolidation(enabled=True, after_s=600.0))
+    setup = ReplaySetup(
+        two, policy, catalog(), burst="gpufed", burst_policy=knobs, sim=SimConfig(cycle_s=1.0)
+    )
+    trace = [Job(f"j{i}", 0.0, 1000.0, "ml", 1, 1) for i in range(2)]
+    trace.append(Job("long", 0.0, 10_000.0, "ml", 1, 1))
+    trace.append(Job("later", 1500.0, 10.0, "ml", 1, 1))  # a cycle runs when work arrives
+    run = run_replay(trace, setup)
+    long = [(start, end, cloud) for start, end, i, cloud in run.outcome.segments if i == 2]
+    # On the cloud from its boot; stopped 30 s (the grace) after the cycle at 1,500 s found a
+    # free on-prem GPU, resumed on-prem at once with no work lost.
+    assert long == [(120.0, 1530.0, True), (1530.0, 10_120.0, False)]
+    assert run.outcome.preemptions == run.outcome.consolidations == 1
+    (instance,) = run.cloud.instances
+    assert instance.terminated_at == pytest.approx(1530.0 + 60.0, abs=1e-3)  # its idle_ttl
+
+
+def test_without_consolidation_the_cloud_job_stays_there_to_its_end() -> None:
+    node = {"name": "n0", "gpu_model": "A100", "gpu_count": 2}
+    two = fleet_from_dict({"spokes": [{"id": "dc", "region": "eu", "nodes": [node]}]})
+    knobs = BurstPolicy(burst_after_s=0.0, idle_ttl_s=60.0, cooldown_s=0.0)
+    setup = ReplaySetup(
+        two, Policy(), catalog(), burst="gpufed", burst_policy=knobs, sim=SimConfig(cycle_s=1.0)
+    )
+    trace = [Job(f"j{i}", 0.0, 1000.0, "ml", 1, 1) for i in range(2)]
+    trace.append(Job("long", 0.0, 10_000.0, "ml", 1, 1))
+    trace.append(Job("later", 1500.0, 10.0, "ml", 1, 1))
+    run = run_replay(trace, setup)
+    assert [(s, e, c) for s, e, i, c in run.outcome.segments if i == 2] == [(120.0, 10_120.0, True)]
+    assert run.outcome.preemptions == 0

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from hub.core.consolidate import CONSOLIDATE
 from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.policy import Policy, quota_for
 from schemas import Assignment, RuntimeCapabilities, SpokeKind, WorkloadSpec
@@ -216,8 +217,13 @@ def check_victims(
     for r in active:
         if r.assignments and not r.preempting:
             usage[(r.spec.team, models[(r.spoke_id, r.assignments[0].node)])] += r.spec.total_gpus
+    cloud = {s.id for s in snapshot.spokes if s.kind == SpokeKind.CLOUD}
     for v in plan.preemptions:
         victim = run[v.workload_id]
+        if not v.for_workload:  # consolidation: cloud work moved on-prem, for nobody
+            assert policy.consolidation.enabled and victim.spoke_id in cloud, v
+            assert v.reason.startswith(CONSOLIDATE), v
+            continue
         beneficiary = by_id[v.for_workload]
         if victim.spec.team == beneficiary.spec.team:
             assert policy.priority(victim.spec.priority_class) < policy.priority(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hub.core.model import Node, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.placement import plan
-from hub.core.policy import Department, Ordering, Policy, Quota, Team
+from hub.core.policy import Consolidation, Department, Ordering, Policy, Quota, Team
 from schemas import Assignment, RuntimeCapabilities, SpokeKind
 from tests.unit.hub.core.builders import check_invariants, occupy, spec
 
@@ -73,8 +73,9 @@ def policies(draw: st.DrawFn) -> Policy:
             exempt_gpus=draw(st.sampled_from((0, 16))),
             patience_s=draw(st.sampled_from((0.0, 100.0))),
         )
+    moves = Consolidation(draw(st.booleans()), draw(st.sampled_from((0.0, 100.0))))
     if draw(st.integers(0, 4)) == 0:
-        return Policy(ordering=ordering)
+        return Policy(ordering=ordering, consolidation=moves)
     dept = draw(st.booleans())
     teams = []
     for name in TEAMS:
@@ -99,7 +100,9 @@ def policies(draw: st.DrawFn) -> Policy:
         own = sum(q.guaranteed for t in teams[:2] for m, q in t.quotas.items() if m == "H100")
         limit = draw(st.sampled_from((None, 8, 24)))
         departments = (Department("d", {"H100": Quota(own + 4, limit and max(limit, own + 4))}),)
-    return Policy(teams=tuple(teams), departments=departments, ordering=ordering)
+    return Policy(
+        teams=tuple(teams), departments=departments, ordering=ordering, consolidation=moves
+    )
 
 
 @st.composite
