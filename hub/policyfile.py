@@ -372,7 +372,7 @@ class _OrderingDoc(_Doc):
 
 class _ConsolidationDoc(_Doc):
     enabled: bool = False
-    after_s: float = Field(default=1800.0, ge=0)
+    after_s: float = Field(default=7200.0, ge=0)
     max_per_cycle: int = Field(default=4, ge=0)
 
 

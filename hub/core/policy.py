@@ -233,7 +233,7 @@ class Consolidation:
     """
 
     enabled: bool = False
-    after_s: float = 1800.0
+    after_s: float = 7200.0
     max_per_cycle: int = 4
 
 
