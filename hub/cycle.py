@@ -51,13 +51,15 @@ class Cycle:
         async with state.lock:
             now = state.clock()
             pending, running, active = self._views()
-            if not pending:
+            policy = state.policy_at(now)
+            # An empty queue needs no plan, unless consolidation may move cloud work home.
+            if not pending and not (policy.consolidation.enabled and running):
                 state.positions = {}
                 await self.publisher.publish_demand(Plan(), {}, now)
                 return Plan()
             snapshot = self._snapshot(now, active)
             self._check(snapshot, running)
-            result = self.placement.plan(snapshot, pending, running, state.policy_at(now), now)
+            result = self.placement.plan(snapshot, pending, running, policy, now)
             changed, decisions = self._apply(result, now)
             # The plan lists what it left out in the order it looked at them: the queue order.
             state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}

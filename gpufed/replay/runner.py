@@ -89,6 +89,7 @@ def run_replay(
         progress=progress,
         capacity_gpus=setup.fleet.gpus,
         wakeup=window_wakeup(setup.policy, setup.start) if setup.scheduler == "gpufed" else None,
+        plan_idle=setup.scheduler == "gpufed" and setup.policy.consolidation.enabled,
     )
     outcome = simulator.run()
     if setup.scheduler == "static" and setup.burst == "none":

@@ -121,10 +121,14 @@ class Simulator:
         progress: Callable[[Progress], None] | None = None,
         capacity_gpus: int | None = None,
         wakeup: Callable[[float], float | None] | None = None,
+        plan_idle: bool = False,
     ) -> None:
         # `wakeup(now)`: the next virtual time the scheduler's inputs change by themselves (a
         # policy time window starts or ends); a cycle runs there while work is pending.
         self.wakeup = wakeup
+        # Plan with an empty queue too while cloud spokes are up (consolidation moves their
+        # work home), as the hub does with consolidation on.
+        self.plan_idle = plan_idle
         self.jobs = jobs
         self.cluster = cluster
         self.scheduler = scheduler
@@ -288,13 +292,16 @@ class Simulator:
         self._dirty = False
         self._last_cycle = now
         result = _EMPTY
-        if self.pending:
+        if self.pending or (self.plan_idle and self._cloud_up()):
             self.outcome.cycles += 1
             snapshot = self.cluster.snapshot()
             result = self.scheduler(snapshot, self.pending.values(), self.running.values(), now)
             self._apply(result, now)
         if self.burst is not None:
             self.burst.after_cycle(self, now, result)
+
+    def _cloud_up(self) -> bool:
+        return any(s.spec.kind is not SpokeKind.ONPREM for s in self.cluster.spokes.values())
 
     def _apply(self, result: Plan, now: float) -> None:
         index, jobs, cluster = self.index, self.jobs, self.cluster

@@ -124,15 +124,15 @@ def test_a_long_cloud_job_moves_on_prem_once_on_prem_frees_and_its_instance_goes
     )
     trace = [Job(f"j{i}", 0.0, 1000.0, "ml", 1, 1) for i in range(2)]
     trace.append(Job("long", 0.0, 10_000.0, "ml", 1, 1))
-    trace.append(Job("later", 1500.0, 10.0, "ml", 1, 1))  # a cycle runs when work arrives
     run = run_replay(trace, setup)
     long = [(start, end, cloud) for start, end, i, cloud in run.outcome.segments if i == 2]
-    # On the cloud from its boot; stopped 30 s (the grace) after the cycle at 1,500 s found a
-    # free on-prem GPU, resumed on-prem at once with no work lost.
-    assert long == [(120.0, 1530.0, True), (1530.0, 10_120.0, False)]
+    # On the cloud from its boot; the on-prem jobs end at 1,000 s with nothing queued, and the
+    # cycle then (it plans with an empty queue while cloud spokes are up) moves it: stopped 30 s
+    # later (the grace), resumed on-prem at once with no work lost.
+    assert long == [(120.0, 1030.0, True), (1030.0, 10_120.0, False)]
     assert run.outcome.preemptions == run.outcome.consolidations == 1
     (instance,) = run.cloud.instances
-    assert instance.terminated_at == pytest.approx(1530.0 + 60.0, abs=1e-3)  # its idle_ttl
+    assert instance.terminated_at == pytest.approx(1030.0 + 60.0, abs=1e-3)  # its idle_ttl
 
 
 def test_without_consolidation_the_cloud_job_stays_there_to_its_end() -> None:
