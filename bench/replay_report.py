@@ -14,7 +14,8 @@ gpufed/immediate and gpufed/gpufed, and prints one JSON object:
 
 `--load-factor K` divides submit times by K (arrivals K times as fast); `--limit-jobs N`
 replays the first N jobs; burst knobs as in `gpufed replay`, except that no instance cap
-applies unless `--max-instances` sets one (`immediate` has none). `--trace F --format csv` (with
+applies unless `--max-instances` sets one (`immediate` has none), and `immediate` runs without
+the policy's consolidation, as the naive no-wait baseline (`--immediate-consolidates`: with). `--trace F --format csv` (with
 `--fleet`, `--policy`) replays another trace. Matrix entries (and the sweep's schedulers) run
 in parallel processes, `--workers` at a time (default: the CPUs). docs/replay.md has the
 results.
@@ -117,7 +118,7 @@ def main() -> int:
         scheduler, burst = entry.split("/")
         setups[entry] = ReplaySetup(
             fleet,
-            policy,
+            _naive(policy, args.immediate_consolidates) if burst == "immediate" else policy,
             catalog,
             scheduler=scheduler,
             burst=burst,
@@ -338,6 +339,15 @@ def _goals(matrix: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return goals
 
 
+def _naive(policy: Policy, keep: bool) -> Policy:
+    """`immediate` is the no-wait baseline the burst goal measures against: no consolidation
+    (moving cloud work home is gpufed's, not the baseline's) unless `keep`
+    (`--immediate-consolidates`)."""
+    if keep:
+        return policy
+    return replace(policy, consolidation=replace(policy.consolidation, enabled=False))
+
+
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--trace", type=Path, required=True, help="Pollux's philly.csv (or --format)")
@@ -381,6 +391,11 @@ def _args() -> argparse.Namespace:
     )
     p.add_argument(
         "--consolidate", choices=("on", "off"), default=None, help="override consolidation.enabled"
+    )
+    p.add_argument(
+        "--immediate-consolidates",
+        action="store_true",
+        help="burst: immediate keeps the policy's consolidation (default: off, the naive baseline)",
     )
     p.add_argument("--consolidate-after-s", type=float, default=None)
     p.add_argument("--consolidate-max", type=int, default=None, help="moves per cycle")
