@@ -15,10 +15,10 @@ gpufed/immediate and gpufed/gpufed, and prints one JSON object:
 `--load-factor K` divides submit times by K (arrivals K times as fast); `--limit-jobs N`
 replays the first N jobs; burst knobs as in `gpufed replay`, except that no instance cap
 applies unless `--max-instances` sets one (`immediate` has none), and `immediate` runs without
-the policy's consolidation, as the naive no-wait baseline (`--immediate-consolidates`: with). `--trace F --format csv` (with
-`--fleet`, `--policy`) replays another trace. Matrix entries (and the sweep's schedulers) run
-in parallel processes, `--workers` at a time (default: the CPUs). docs/replay.md has the
-results.
+the policy's consolidation, as the naive no-wait baseline (`--immediate-consolidates`: with).
+`--trace F --format csv` (with `--fleet`, `--policy`) replays another trace. Matrix entries
+(and the sweep's schedulers) run in parallel processes, `--workers` at a time (default: the
+CPUs). docs/replay.md has the results.
 
 `--sweep` instead finds each scheduler's *sustainable load*: the highest load factor at which
 the average wait stays <= `--max-wait` (900 s) on the same fleet, by evaluating 4, 5 and 6 and
