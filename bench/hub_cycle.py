@@ -124,7 +124,7 @@ class World:
                 self.running[live.spoke_id][w.id] = live.epoch
                 self.applied[live.spoke_id] = max(self.applied[live.spoke_id], seqs.get(w.id, 0))
                 for a in live.assignments:
-                    _take(fleet, live.spoke_id, a.node, a.devices, a.fraction)
+                    fleet.take(live.spoke_id, a)
                 changed.add(live.spoke_id)
         running = [w for w in state.workloads.values() if w.phase == Phase.RUNNING]
         victims = [w for w in running if w.lifecycle.live and w.lifecycle.live.preempting]
@@ -135,7 +135,7 @@ class World:
             preempted = live.preempting
             del self.running[live.spoke_id][w.id]
             for a in live.assignments:
-                _give(fleet, live.spoke_id, a.node, a.devices, a.fraction)
+                fleet.give(live.spoke_id, a)
             changed.add(live.spoke_id)
             if preempted:
                 transitions.end(w, EndReason.PREEMPTED, now, "")
@@ -153,33 +153,6 @@ def _node(name: str, model: str, free: set[int], shared: dict[int, float]) -> No
         name=name, gpu_model=model, gpu_count=GPUS, free_devices=tuple(sorted(free)),
         device_free_fraction=dict(shared), labels={}, schedulable=True,
     )  # fmt: skip
-
-
-Devices = tuple[int, ...]
-
-
-def _take(fleet: Fleet, sid: str, node: str, devices: Devices, fraction: float | None) -> None:
-    n = fleet.spokes[sid].nodes[node]
-    for d in devices:
-        if fraction is None:
-            n.free.discard(d)
-        else:
-            if d in n.free:
-                n.free.discard(d)
-                n.shared[d] = 1.0
-            n.shared[d] -= fraction
-
-
-def _give(fleet: Fleet, sid: str, node: str, devices: Devices, fraction: float | None) -> None:
-    n = fleet.spokes[sid].nodes[node]
-    for d in devices:
-        if fraction is None:
-            n.free.add(d)
-        else:
-            n.shared[d] += fraction
-            if n.shared[d] >= 1.0 - 1e-9:
-                del n.shared[d]
-                n.free.add(d)
 
 
 def timed(parts: dict[str, list[float]], name: str, fn: Callable[..., T]) -> Callable[..., T]:

@@ -37,7 +37,7 @@ from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workloa
 from hub.core.placement import plan
 from hub.core.planstate import PlanState
 from hub.core.policy import Department, Policy, Quota, Team
-from schemas import SpokeKind, WorkloadSpec
+from schemas import Assignment, SpokeKind, WorkloadSpec
 
 SPOKES = 100
 NODES = 64
@@ -128,21 +128,39 @@ class Fleet:
                 counts[n.model] = counts.get(n.model, 0) + GPUS
         return counts
 
+    def take(self, spoke_id: str, a: Assignment) -> None:
+        """`a`'s devices (or its share of them) are in use on `spoke_id`."""
+        spoke = self.spokes[spoke_id]
+        node = spoke.nodes[a.node]
+        spoke.touch(node)
+        for d in a.devices:
+            if a.fraction is None:
+                node.free.remove(d)
+            else:
+                if d in node.free:
+                    node.free.remove(d)
+                    node.shared[d] = 1.0
+                node.shared[d] -= a.fraction
+
+    def give(self, spoke_id: str, a: Assignment) -> None:
+        """`a`'s devices (or its share of them) are free again on `spoke_id`."""
+        spoke = self.spokes[spoke_id]
+        node = spoke.nodes[a.node]
+        spoke.touch(node)
+        for d in a.devices:
+            if a.fraction is None:
+                node.free.add(d)
+            else:
+                node.shared[d] += a.fraction
+                if node.shared[d] >= 1.0 - 1e-9:
+                    del node.shared[d]
+                    node.free.add(d)
+
     def apply(self, result: Plan, pending: dict[str, Workload], now: float) -> None:
         for p in result.placements:
             workload = pending.pop(p.workload_id)
             for a in p.assignments:
-                spoke = self.spokes[p.spoke_id]
-                node = spoke.nodes[a.node]
-                spoke.touch(node)
-                for d in a.devices:
-                    if a.fraction is None:
-                        node.free.remove(d)
-                    else:
-                        if d in node.free:
-                            node.free.remove(d)
-                            node.shared[d] = 1.0
-                        node.shared[d] -= a.fraction
+                self.take(p.spoke_id, a)
             self.running[workload.id] = RunningWorkload(
                 workload.id, workload.spec, p.spoke_id, p.assignments, now
             )
@@ -155,17 +173,7 @@ class Fleet:
     def stop(self, workload_id: str) -> RunningWorkload:
         r = self.running.pop(workload_id)
         for a in r.assignments:
-            spoke = self.spokes[r.spoke_id]
-            node = spoke.nodes[a.node]
-            spoke.touch(node)
-            for d in a.devices:
-                if a.fraction is None:
-                    node.free.add(d)
-                else:
-                    node.shared[d] += a.fraction
-                    if node.shared[d] >= 1.0 - 1e-9:
-                        del node.shared[d]
-                        node.free.add(d)
+            self.give(r.spoke_id, a)
         return r
 
 

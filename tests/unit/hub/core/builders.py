@@ -8,6 +8,7 @@ from typing import Any
 
 from hub.core.consolidate import CONSOLIDATE
 from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
+from hub.core.placement import plan
 from hub.core.policy import Policy, quota_for
 from schemas import Assignment, RuntimeCapabilities, SpokeKind, WorkloadSpec
 
@@ -317,3 +318,17 @@ def occupy(snapshot: Snapshot, active: Sequence[RunningWorkload]) -> Snapshot:
             )
         )
     return Snapshot(tuple(spokes))
+
+
+def checked_plan(
+    base: Snapshot,
+    queue: Sequence[Workload],
+    active: Sequence[RunningWorkload],
+    policy: Policy,
+    now: float,
+) -> Plan:
+    """`plan()` on `base` with `active` holding its devices, its invariants checked."""
+    snapshot = occupy(base, active)
+    result = plan(snapshot, queue, active, policy, now)
+    check_invariants(snapshot, queue, active, policy, result)
+    return result

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from hub.core.model import Plan, RunningWorkload, Workload
-from hub.core.placement import plan
 from hub.core.policy import Policy, Quota, Reservation, Team
 from tests.unit.hub.core.builders import (
-    check_invariants,
+    checked_plan,
     fleet,
     node,
-    occupy,
     pending,
     placed,
     running,
@@ -27,11 +25,7 @@ TWO_SPOKES = fleet(
 def run(
     *queue: Workload, policy: Policy | None = None, active: tuple[RunningWorkload, ...] = ()
 ) -> Plan:
-    policy = policy or Policy()
-    snapshot = occupy(TWO_SPOKES, active)
-    result = plan(snapshot, queue, active, policy, NOW)
-    check_invariants(snapshot, queue, active, policy, result)
-    return result
+    return checked_plan(TWO_SPOKES, queue, active, policy or Policy(), NOW)
 
 
 def test_every_workload_of_a_long_queue_gets_its_own_reason() -> None:

@@ -6,13 +6,11 @@ import pytest
 
 from hub.core.fairshare import queue_priority
 from hub.core.model import Plan, RunningWorkload, Workload
-from hub.core.placement import plan
 from hub.core.policy import Aging, Policy, PriorityClass, Quota, Team
 from tests.unit.hub.core.builders import (
-    check_invariants,
+    checked_plan,
     fleet,
     node,
-    occupy,
     pending,
     placed,
     running,
@@ -29,11 +27,7 @@ def run(
     active: tuple[RunningWorkload, ...] = (),
     base: object = ONE_NODE,
 ) -> Plan:
-    policy = policy or Policy()
-    snapshot = occupy(base, active)  # type: ignore[arg-type]
-    result = plan(snapshot, queue, active, policy, NOW)
-    check_invariants(snapshot, queue, active, policy, result)
-    return result
+    return checked_plan(base, queue, active, policy or Policy(), NOW)  # type: ignore[arg-type]
 
 
 def test_higher_priority_first_even_when_younger() -> None:

@@ -7,13 +7,11 @@ from dataclasses import replace
 from hub.core.lifecycle import Attempt
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.ordering import level_of, pending_level, served
-from hub.core.placement import plan
 from hub.core.policy import Ordering, Policy, Quota, Team, check_policy
 from tests.unit.hub.core.builders import (
-    check_invariants,
+    checked_plan,
     fleet,
     node,
-    occupy,
     pending,
     placed,
     running,
@@ -40,10 +38,7 @@ def run(
     policy: Policy = POLICY,
     base: Snapshot = TWO_NODES,
 ) -> Plan:
-    snapshot = occupy(base, active)
-    result = plan(snapshot, queue, active, policy, NOW)
-    check_invariants(snapshot, queue, active, policy, result)
-    return result
+    return checked_plan(base, queue, active, policy, NOW)
 
 
 def long_and_short(team: str = "nlp") -> tuple[RunningWorkload, ...]:

@@ -6,10 +6,9 @@ from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy, Quota, Team
 from tests.unit.hub.core.builders import (
-    check_invariants,
+    checked_plan,
     fleet,
     node,
-    occupy,
     pending,
     placed,
     running,
@@ -35,10 +34,7 @@ def run(
     policy: Policy = POLICY,
     base: Snapshot = TWO_NODES,
 ) -> Plan:
-    snapshot = occupy(base, active)
-    result = plan(snapshot, queue, active, policy, NOW)
-    check_invariants(snapshot, queue, active, policy, result)
-    return result
+    return checked_plan(base, queue, active, policy, NOW)
 
 
 def full_of(team: str, cls: str = "batch", started: float = 0.0) -> tuple[RunningWorkload, ...]:
@@ -244,7 +240,6 @@ def test_freed_devices_go_to_the_workload_they_were_freed_for() -> None:
     """Once its victims stopped, the claimant goes before everything, so the victims (older,
     or of a higher class) do not take the devices back and get preempted again, forever."""
     from hub.core.model import Node, Snapshot, Spoke, Workload
-    from hub.core.placement import plan
     from hub.core.policy import Policy
     from schemas import SpokeKind, WorkloadSpec
 

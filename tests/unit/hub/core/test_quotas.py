@@ -5,13 +5,11 @@ from __future__ import annotations
 import pytest
 
 from hub.core.model import Plan, RunningWorkload, Workload
-from hub.core.placement import plan
 from hub.core.policy import Department, Policy, PriorityClass, Quota, Team
 from tests.unit.hub.core.builders import (
-    check_invariants,
+    checked_plan,
     fleet,
     node,
-    occupy,
     pending,
     placed,
     running,
@@ -28,10 +26,7 @@ def run(
     *queue: Workload,
     active: tuple[RunningWorkload, ...] = (),
 ) -> Plan:
-    snapshot = occupy(BIG, active)
-    result = plan(snapshot, queue, active, policy, NOW)
-    check_invariants(snapshot, queue, active, policy, result)
-    return result
+    return checked_plan(BIG, queue, active, policy, NOW)
 
 
 def team(name: str, guaranteed: float = 0, limit: float | None = None, **kw: object) -> Team:
