@@ -42,7 +42,6 @@ Anything wrong raises `PolicyError` naming the field, e.g.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
@@ -50,7 +49,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -93,6 +91,7 @@ from hub.idlepolicy import (
     session_rules,
     sessions_dict,
 )
+from hub.policyclock import DAYS, ClockTime, DayName, clock, day_list, seconds
 from schemas.common import DNS_LABEL_PATTERN
 
 FORMAT_VERSION = 1
@@ -291,39 +290,6 @@ class _AgingDoc(_Doc):
     step: int = Field(default=25, ge=0, le=MAX_PRIORITY)
 
 
-_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_DAY_SETS = {"weekdays": _DAYS[:5], "weekends": _DAYS[5:], "daily": _DAYS}
-
-
-def _clock_time(value: Any) -> Any:
-    # PyYAML reads an unquoted 20:00 as the base-60 number 1200: take it back as a time.
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1440:
-        return f"{value // 60:02d}:{value % 60:02d}"
-    return value
-
-
-def _day_list(value: Any) -> Any:
-    if isinstance(value, str):
-        return list(_DAY_SETS.get(value.lower(), (value,)))
-    return value
-
-
-def _check_clock(value: str) -> str:
-    if not re.fullmatch(r"([01][0-9]|2[0-3]):[0-5][0-9]|24:00", value):
-        raise ValueError(f"expected a time HH:MM from 00:00 to 24:00, got {value!r}")
-    return value
-
-
-def _check_day(value: str) -> str:
-    if value not in _DAYS:
-        raise ValueError(f"expected mon..sun, weekdays, weekends or daily, got {value!r}")
-    return value
-
-
-ClockTime = Annotated[str, BeforeValidator(_clock_time), AfterValidator(_check_clock)]
-DayName = Annotated[str, AfterValidator(_check_day)]
-
-
 class _ClassChangeDoc(_Doc):
     value: int | None = None
     preemptible: bool | None = None
@@ -343,8 +309,8 @@ class _DepartmentChangeDoc(_Doc):
 class _WindowDoc(_Doc):
     name: str = Field(pattern=DNS_LABEL_PATTERN)
     timezone: str = "UTC"
-    days: Annotated[list[DayName], BeforeValidator(_day_list)] = Field(
-        default_factory=lambda: list(_DAYS)
+    days: Annotated[list[DayName], BeforeValidator(day_list)] = Field(
+        default_factory=lambda: list(DAYS)
     )
     start: ClockTime = "00:00"
     end: ClockTime = "24:00"
@@ -408,9 +374,9 @@ def _window(doc: _WindowDoc) -> Window:
         name=doc.name,
         zone=zone,
         timezone=doc.timezone,
-        days=frozenset(_DAYS.index(d) for d in doc.days),
-        start_s=_seconds(doc.start),
-        end_s=_seconds(doc.end),
+        days=frozenset(DAYS.index(d) for d in doc.days),
+        start_s=seconds(doc.start),
+        end_s=seconds(doc.end),
         classes={
             name: ClassChange(c.value, c.preemptible, c.may_borrow)
             for name, c in doc.priority_classes.items()
@@ -425,22 +391,13 @@ def _team_change(doc: _TeamChangeDoc) -> TeamChange:
     return TeamChange(_quotas(doc.quotas), doc.weight, doc.may_burst)
 
 
-def _seconds(clock: str) -> int:
-    hours, minutes = (int(part) for part in clock.split(":"))
-    return hours * 3600 + minutes * 60
-
-
-def _clock(seconds: int) -> str:
-    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
-
-
 def _window_dict(w: Window) -> dict[str, Any]:
     data: dict[str, Any] = {
         "name": w.name,
         "timezone": w.timezone,
-        "days": [d for i, d in enumerate(_DAYS) if i in w.days],
-        "start": _clock(w.start_s),
-        "end": _clock(w.end_s),
+        "days": [d for i, d in enumerate(DAYS) if i in w.days],
+        "start": clock(w.start_s),
+        "end": clock(w.end_s),
         "priority_classes": {
             name: {k: v for k, v in _class_change_items(c) if v is not None}
             for name, c in w.classes.items()
