@@ -211,14 +211,32 @@ def take(fit: Fit) -> tuple[Assignment, ...]:
         else:
             device = fit.device
             pool.take_share(i, device, fit.fraction)
-        return (
-            Assignment.model_construct(
-                node=pool.nodes[i].name, devices=(device,), fraction=fit.fraction
-            ),
-        )
+        return (_assignment(pool.nodes[i].name, (device,), fit.fraction),)
     return tuple(
-        Assignment.model_construct(node=pool.nodes[i].name, devices=pool.take_whole(i, fit.gpus))
-        for pool, i in fit.parts
+        _assignment(pool.nodes[i].name, pool.take_whole(i, fit.gpus)) for pool, i in fit.parts
+    )
+
+
+#: Assignment's defaults (constants), looked up once rather than on every placement.
+_DEFAULTS = {
+    name: field.default
+    for name, field in Assignment.model_fields.items()
+    if not field.is_required() and field.default_factory is None
+}
+
+
+def _assignment(node: str, devices: tuple[int, ...], fraction: float | None = None) -> Assignment:
+    """`Assignment.model_construct(node=, devices=[, fraction=])`, the same object field for
+    field and in the fields it says were set, without pydantic resolving defaults each time."""
+    if fraction is None:
+        return Assignment.model_construct(
+            {"node", "devices"}, **_DEFAULTS, node=node, devices=devices
+        )
+    return Assignment.model_construct(
+        {"node", "devices", "fraction"},
+        **{**_DEFAULTS, "fraction": fraction},
+        node=node,
+        devices=devices,
     )
 
 

@@ -37,7 +37,7 @@ from hub.core.capacity import EPS
 from hub.core.lifecycle import Attempt
 from hub.core.model import RunningWorkload, Workload
 from hub.core.policy import Ordering
-from hub.core.victims import Holding, Victims, victim_order
+from hub.core.victims import VICTIM_ORDER, Holding, Victims
 
 
 def attained(r: RunningWorkload, now: float) -> float:
@@ -109,7 +109,7 @@ def las_victims(
             continue
         work = list(victims.team_work(other, model))
         left = beyond - sum(h.amount for h in work if h.id in victims.chosen)
-        for h in sorted(work, key=victim_order):  # any of them together stays within `beyond`
+        for h in sorted(work, key=VICTIM_ORDER):  # any of them together stays within `beyond`
             if (
                 h.id not in victims.chosen
                 and h.preemptible

@@ -29,6 +29,8 @@ and starts afresh when it finds a difference (`hub.cycle`). Pure: no clock, no I
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 from hub.core.capacity import Capacity, node_free
@@ -147,9 +149,9 @@ class PlanState:
                 continue
             if not _same_spoke(old, new):
                 return False
-            for old_node, node in zip(old.nodes, new.nodes, strict=True):
-                if old_node is node:
-                    continue
+            old_nodes, nodes = old.nodes, new.nodes
+            for i in compress(range(len(nodes)), map(is_not, old_nodes, nodes)):
+                old_node, node = old_nodes[i], nodes[i]
                 if not _same_node(old_node, node):
                     return False
                 if new.accepts_work and node.schedulable:

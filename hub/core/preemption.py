@@ -34,7 +34,7 @@ from hub.core.fit import Fit, Sig, free_counts
 from hub.core.model import Workload
 from hub.core.policy import PriorityClass
 from hub.core.quotas import Ledger
-from hub.core.victims import Holding, Victims, victim_order
+from hub.core.victims import VICTIM_ORDER, Holding, Victims
 from schemas import WorkloadSpec
 
 Node = tuple[Pool, int]
@@ -104,7 +104,7 @@ def rescue(
     else:
         own = victims.own(team, model, cls.value)
         if reclaim:
-            own = merge(own, victims.borrowed(model, team), key=victim_order)
+            own = merge(own, victims.borrowed(model, team), key=VICTIM_ORDER)
         if las:
             own = _unique(merge(own, las, key=_value))  # reclaim may list them too
         found = _scan(spec, sig, model, rank, chain(stopping, own), now)

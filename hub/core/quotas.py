@@ -44,8 +44,10 @@ class Ledger:
         self._members: dict[tuple[str, str], dict[str, None]] = {}
         self._models_of: dict[str, set[str]] = {}
         self._pools: dict[tuple[str, str], float] = {}
-        self._rooms: dict[tuple[str, str, int], float] = {}  # until the next add()
-        self._shares: dict[str, tuple[float, float]] = {}  # until the next add()
+        # model -> (team, class value) -> guaranteed room, until an add() that changes it
+        self._rooms: dict[str, dict[tuple[str, int], float]] = {}
+        self._shares: dict[str, tuple[float, float]] = {}  # team -> share, until its next add()
+        self._quotas: dict[tuple[str, str], Quota] = {}  # (team, model) -> its own quota
 
     def add(
         self, team: str, model: str, amount: float, value: int, *, preempting: bool = False
@@ -54,13 +56,17 @@ class Ledger:
         key = (team, model)
         self.used[key] = self.used.get(key, 0.0) + amount
         self._models_of.setdefault(team, set()).add(model)
-        if self._rooms:
-            self._rooms.clear()
-        if self._shares:
-            self._shares.clear()
+        self._shares.pop(team, None)  # a share reads only its own team's usage
+        dept = self.policy.team(team).department
+        rooms = self._rooms.get(model)
+        if rooms:  # a room reads its team's `model` usage, and its department's teams'
+            if dept is None or not self.limited:
+                for k in [k for k in rooms if k[0] == team]:
+                    del rooms[k]
+            else:
+                rooms.clear()
         if not self.limited:
             return
-        dept = self.policy.team(team).department
         if dept is not None:
             dkey = (dept, model)
             self.dept_used[dkey] = self.dept_used.get(dkey, 0.0) + amount
@@ -124,7 +130,10 @@ class Ledger:
         """
         if not self.limited:
             return 0.0
-        cached = self._rooms.get((team, model, value))
+        rooms = self._rooms.get(model)
+        if rooms is None:
+            rooms = self._rooms[model] = {}
+        cached = rooms.get((team, value))
         if cached is not None:
             return cached
         own = self._own(team, model).guaranteed
@@ -136,7 +145,7 @@ class Ledger:
                 for t in self._members.get((dept, model), ())
             )
             left += max(0.0, self._pool(dept, model) - overflow)
-        self._rooms[(team, model, value)] = left
+        rooms[(team, value)] = left
         return left
 
     def share(self, team: str) -> tuple[float, float]:
@@ -190,7 +199,11 @@ class Ledger:
         return self._pool(dept_name, model)
 
     def _own(self, team: str, model: str) -> Quota:
-        return quota_for(self.policy.team(team).quotas, model) or _NO_QUOTA
+        found = self._quotas.get((team, model))
+        if found is None:
+            found = quota_for(self.policy.team(team).quotas, model) or _NO_QUOTA
+            self._quotas[(team, model)] = found
+        return found
 
     def _pool(self, dept_name: str | None, model: str) -> float:
         """The department's guarantee its teams share: what their own ones leave over."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from heapq import merge
+from operator import attrgetter
 
 from hub.core.capacity import EPS, Capacity, Pool
 from hub.core.model import RunningWorkload
@@ -33,6 +34,7 @@ class Holding:
         "capacity",
         "id",
         "model",
+        "order",
         "preemptible",
         "preempting",
         "started_at",
@@ -57,6 +59,7 @@ class Holding:
         self.amount = workload.spec.total_gpus
         self.value = cls.value if cls is not None else 0
         self.preemptible = cls.preemptible if cls is not None else False  # unknown: keep it
+        self.order = (self.value, -self.started_at, self.id)  # its place in victim order
         self.capacity = capacity
         self._where: tuple[tuple[Pool, int, Assignment], ...] | None = None
 
@@ -75,7 +78,11 @@ class Holding:
 
 def victim_order(h: Holding) -> tuple[int, float, str]:
     """Lowest priority first, then newest first."""
-    return (h.value, -h.started_at, h.id)
+    return h.order
+
+
+#: `victim_order` as a key that stays in C.
+VICTIM_ORDER = attrgetter("order")
 
 
 class Tally:
@@ -170,6 +177,7 @@ class Victims:
         self._holdings: dict[str, Holding] = {}
         self._stopping: dict[str, list[Holding]] = {}
         self._borrowed: dict[str, _Replay] = {}
+        self._over_teams: dict[str, list[str]] = {}  # model -> teams beyond their guarantee
 
     def stopping(self, model: str) -> list[Holding]:
         """Work on `model` GPUs already being preempted, by id."""
@@ -202,8 +210,13 @@ class Victims:
                 break
             if cls is None or not cls.preemptible:
                 continue
-            for h in self._segment(team, model, name):
-                if h.id not in self.chosen:
+            holdings = self._holdings
+            chosen = self.chosen
+            for r in self._sorted(team, model, name):
+                h = holdings.get(r.id)
+                if h is None:
+                    h = holdings[r.id] = Holding(r, model, cls, self.capacity)
+                if h.id not in chosen:
                     yield h
 
     def own_amount(self, team: str, model: str, below: int) -> float:
@@ -216,7 +229,11 @@ class Victims:
 
     def may_have_borrowed(self, model: str, team: str) -> bool:
         """Does another team run more `model` GPUs than its own guarantee?"""
-        return any(t != team and self._over(t, model) > EPS for t in self._teams.get(model, ()))
+        over = self._over_teams.get(model)
+        if over is None:  # running work and guarantees stay as they are for the plan
+            over = [t for t in self._teams.get(model, ()) if self._over(t, model) > EPS]
+            self._over_teams[model] = over
+        return len(over) > 1 or (len(over) == 1 and over[0] != team)
 
     def borrowed(self, model: str, team: str) -> Iterator[Holding]:
         """Other teams' preemptible borrowed work on `model` GPUs, in victim order."""
@@ -224,7 +241,22 @@ class Victims:
         if replay is None:
             replay = self._borrowed[model] = _Replay(self._all_borrowed(model))
         chosen = self.chosen
-        for h in replay:
+        items = replay.items
+        i = 0
+        while True:  # the replay's own iterator, inlined: this is read once per candidate
+            if i < len(items):
+                h = items[i]
+            else:
+                source = replay.source
+                if source is None:
+                    return
+                found = next(source, None)
+                if found is None:
+                    replay.source = None
+                    return
+                items.append(found)
+                h = found
+            i += 1
             if h.team != team and h.id not in chosen:
                 yield h
 
@@ -248,12 +280,12 @@ class Victims:
                 continue
             dept = self.ledger.department_of(t)
             if dept is None:
-                streams.append(h for h, _ in self._beyond_own(t, model))
+                streams.append(self._beyond_own_work(t, model))
             else:
                 departments.setdefault(dept, []).append(t)
         for dept, members in sorted(departments.items()):
             streams.append(self._beyond_pool(dept, members, model))
-        for h in merge(*streams, key=victim_order):
+        for h in merge(*streams, key=VICTIM_ORDER):
             if h.preemptible:
                 yield h
 
@@ -273,12 +305,27 @@ class Victims:
                 yield h, min(h.amount, over - counted)
                 counted += h.amount
 
+    def _beyond_own_work(self, team: str, model: str) -> Iterator[Holding]:
+        """`_beyond_own` without the GPUs beyond (one generator for what is the most read)."""
+        over = self._over(team, model)
+        counted = 0.0
+        holdings = self._holdings
+        for _, name, _, cls in self._classes.get((team, model), ()):
+            for r in self._sorted(team, model, name):
+                if counted >= over - EPS:
+                    return
+                h = holdings.get(r.id)
+                if h is None:
+                    h = holdings[r.id] = Holding(r, model, cls, self.capacity)
+                yield h
+                counted += h.amount
+
     def _beyond_pool(self, dept: str, members: list[str], model: str) -> Iterator[Holding]:
         """Department members' work beyond their own guarantees that the pool cannot hold."""
         beyond = sum(self._over(t, model) for t in members) - self.ledger.pool(dept, model)
         counted = 0.0
         streams = [self._beyond_own(t, model) for t in members]
-        for h, part in merge(*streams, key=lambda e: victim_order(e[0])):
+        for h, part in merge(*streams, key=_first_order):
             if counted >= beyond - EPS:
                 return
             counted += part
@@ -286,44 +333,39 @@ class Victims:
 
     def _segment(self, team: str, model: str, name: str) -> Iterator[Holding]:
         """The team's running work of one class on `model` GPUs, newest first."""
-        found = self._segments.get((team, model, name))
-        if found is None:
-            found = sorted(self.running.groups.get((team, model, name), ()), key=_newest_first)
-            self._segments[(team, model, name)] = found
         cls = self.policy.priority_class(name)
         holdings = self._holdings
-        for r in found:
+        for r in self._sorted(team, model, name):
             h = holdings.get(r.id)
             if h is None:
                 h = holdings[r.id] = Holding(r, model, cls, self.capacity)
             yield h
 
+    def _sorted(self, team: str, model: str, name: str) -> list[RunningWorkload]:
+        found = self._segments.get((team, model, name))
+        if found is None:
+            # Newest first, ties by id: by id, then (stable) by start time, latest first.
+            found = sorted(self.running.groups.get((team, model, name), ()), key=_ID)
+            found.sort(key=_STARTED, reverse=True)
+            self._segments[(team, model, name)] = found
+        return found
 
-def _newest_first(r: RunningWorkload) -> tuple[float, str]:
-    return (-r.started_at, r.id)
+
+_ID = attrgetter("id")
+
+
+def _first_order(e: tuple[Holding, float]) -> tuple[int, float, str]:
+    return e[0].order
+
+
+_STARTED = attrgetter("started_at")
 
 
 class _Replay:
-    """An iterator's items, computed once and replayed to every later reader."""
+    """An iterator's items, computed once and replayed to every later reader (`borrowed`)."""
 
     __slots__ = ("items", "source")
 
     def __init__(self, source: Iterator[Holding]) -> None:
         self.items: list[Holding] = []
         self.source: Iterator[Holding] | None = source
-
-    def __iter__(self) -> Iterator[Holding]:
-        items = self.items
-        i = 0
-        while True:
-            if i < len(items):
-                yield items[i]
-                i += 1
-                continue
-            if self.source is None:
-                return
-            item = next(self.source, None)
-            if item is None:
-                self.source = None
-                return
-            items.append(item)

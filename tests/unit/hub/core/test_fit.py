@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from hub.core.fit import _assignment
 from hub.core.model import Node, Plan, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy, Team
+from schemas import Assignment
 from tests.unit.hub.core.builders import (
     check_invariants,
     fleet,
@@ -226,3 +228,15 @@ def test_input_is_not_mutated_and_same_input_gives_same_plan() -> None:
     assert snapshot.spokes[0].nodes[0].free == (1,)
     assert snapshot.spokes[0].nodes[0].free_fraction == {0: 0.5}
     assert plan(snapshot, queue, active, POLICY, NOW) == first
+
+
+def test_assignments_are_built_as_pydantic_would_build_them() -> None:
+    """`take()` skips pydantic's default lookups; the wire form must not change for it."""
+    for node_name, devices, fraction in (("n1", (0, 1), None), ("n2", (3,), 0.25)):
+        fast = _assignment(node_name, devices, fraction)
+        given = {"fraction": fraction} if fraction is not None else {}
+        slow = Assignment.model_construct(node=node_name, devices=devices, **given)
+        assert fast == slow
+        assert fast.model_fields_set == slow.model_fields_set
+        assert fast.model_dump_json(exclude_unset=True) == slow.model_dump_json(exclude_unset=True)
+        assert fast.model_dump_json() == slow.model_dump_json()
