@@ -8,20 +8,19 @@ with `db` before anything is published.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import anyio
-import anyio.to_thread
-
 from hub.authstore import AuditEntry
 from hub.core.idle import Activity
 from hub.core.model import RunningWorkload
 from hub.core.policy import Policy
 from hub.core.windows import active_window, apply_window
+from hub.dbworker import DbWorker
 from hub.metrics import HubMetrics
 from hub.ports import Store
 from hub.records import SpokeRecord, WorkloadRecord
@@ -73,7 +72,7 @@ class HubState:
     term: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    _db_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+    _db_worker: DbWorker = field(default_factory=DbWorker)
     # The policy in force for the last (policy, window) asked for: windows switch a few times
     # a day, cycles run many times a second.
     _in_force: tuple[Policy, str | None, Policy] | None = None
@@ -96,10 +95,9 @@ class HubState:
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call off the event loop, one at a time."""
-        # One thread at a time: SQLite wants a single writer, and the event loop stays free.
-        return await anyio.to_thread.run_sync(
-            functools.partial(fn, *args, **kwargs), limiter=self._db_limiter
-        )
+        # One thread: SQLite wants a single writer, and the event loop stays free.
+        context = contextvars.copy_context()
+        return await self._db_worker.call(functools.partial(context.run, fn, *args, **kwargs))
 
     def forget(self, workload_id: str) -> None:
         """Drop a workload that reached a terminal phase from the in-memory view."""

@@ -2,7 +2,7 @@
 
 Records are kept whole as JSON beside the few columns we query by, so adding a field to a
 record needs no table change. Every method is one short transaction; none is held across a
-network call. Methods block: the service calls them through `anyio.to_thread`.
+network call. Methods block: the service calls them on its store thread (`hub.dbworker`).
 
 The tables below describe the latest schema; `hub.migrations` creates and upgrades it
 (docs/store.md). Change both together.

@@ -1,0 +1,179 @@
+"""CPU cost of the hub's store writes per workload, without NATS or spokes.
+
+Drives a real `HubState` and `Store` (SQLite in a temporary folder, or `--store-url`) through
+what the hub writes for each workload, in batches of `--batch` as under load: its submission
+(record and audit entry), its placement (record with its new attempt, and the Place decision,
+published through `Publisher` to a bus that acks at once, then marked published), its start
+and its end. Prints one JSON object (never asserts a time): CPU milliseconds per workload of
+the whole process (`time.process_time()`) and of its threads (psutil: the event loop's and the
+others', where store calls run), and the store calls made per workload.
+
+Run: .venv/bin/python bench/store_writes.py [--count N] [--batch B] [--store-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from hub import transitions
+from hub.authstore import AuditEntry
+from hub.core.lifecycle import EndReason
+from hub.ids import decision_id, new_workload_id
+from hub.publishing import Publisher
+from hub.records import DecisionRecord, WorkloadRecord
+from hub.settings import HubSettings
+from hub.state import HubState
+from hub.store import Store
+from schemas import Assignment, WorkloadSpec
+
+SPEC = WorkloadSpec.model_validate(
+    {"name": "bench", "team": "bench", "command": ["python", "train.py", "--epochs", "3"]}
+)
+
+
+class Ack:
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+
+class NullBus:
+    """Acks every durable publish with the next stream sequence."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    async def publish_durable(self, subject: str, payload: bytes, msg_id: str) -> Ack:
+        await asyncio.sleep(0)
+        self.seq += 1
+        return Ack(self.seq)
+
+
+class Counting:
+    """The store, counting the calls made to it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.store, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def thread_cpu() -> tuple[float, float]:
+    """CPU seconds of this process's main thread and of its other threads."""
+    main_id = threading.main_thread().native_id
+    main = other = 0.0
+    for t in psutil.Process().threads():
+        if t.id == main_id:
+            main += t.user_time + t.system_time
+        else:
+            other += t.user_time + t.system_time
+    return main, other
+
+
+async def workloads(state: HubState, publisher: Publisher, batch: int, now: float) -> None:
+    """One batch of workloads through submission, placement, start and end."""
+    records = [
+        WorkloadRecord(id=new_workload_id(), spec=SPEC, submitted_at=now) for _ in range(batch)
+    ]
+    audits = [
+        AuditEntry(
+            at=now,
+            actor="bench",
+            role="submitter",
+            action="submit",
+            team="bench",
+            target=r.id,
+            result="ok",
+        )
+        for r in records
+    ]
+    async with state.lock:
+        await state.db(state.store.save, records, (), audits)
+    decisions = []
+    for i, r in enumerate(records):
+        transitions.place(r, "eu-1", (Assignment(node=f"n{i % 8}", devices=(i % 8,)),), now)
+        decisions.append(
+            DecisionRecord(
+                decision_id=decision_id(r.id, r.epoch, "place"),
+                workload_id=r.id,
+                spoke_id="eu-1",
+                subject="spoke.eu-1.commands",
+                payload=b"x" * 600,
+                created_at=now,
+            )
+        )
+        state.workloads[r.id] = r
+    async with state.lock:
+        await state.db(state.store.save, records, decisions)
+    await publisher.publish(decisions)
+    for r in records:
+        transitions.start(r, now)
+    async with state.lock:
+        await state.db(state.store.save, records)
+    for r in records:
+        transitions.end(r, EndReason.SUCCEEDED, now, "exit 0", 0)
+    async with state.lock:
+        await state.db(state.store.save, records)
+    for r in records:
+        state.forget(r.id)
+
+
+async def run(url: str, count: int, batch: int) -> dict[str, Any]:
+    store = Counting(Store(url))
+    state = HubState(HubSettings(), store, time.time, policy=None)  # type: ignore[arg-type]
+    publisher = Publisher(state, NullBus())  # type: ignore[arg-type]
+    now = time.time()
+    await workloads(state, publisher, batch, now)  # warm up: statements compiled, pool filled
+    await publisher.flush_marks()
+    store.calls.clear()
+    cpu, (main, other) = time.process_time(), thread_cpu()
+    for _ in range(count // batch):
+        await workloads(state, publisher, batch, now)
+    await publisher.flush_marks()
+    cpu, (main2, other2) = time.process_time() - cpu, thread_cpu()
+    store.store.close()
+    done = count // batch * batch
+    return {
+        "count": done,
+        "batch": batch,
+        "cpu_ms_per_workload": round(cpu * 1000 / done, 4),
+        "loop_thread_cpu_ms_per_workload": round((main2 - main) * 1000 / done, 4),
+        "other_threads_cpu_ms_per_workload": round((other2 - other) * 1000 / done, 4),
+        "store_calls_per_workload": {k: round(v / done, 3) for k, v in store.calls.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--count", type=int, default=4000)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--store-url", default=None, help="SQLAlchemy URL (default: SQLite)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.store_url or f"sqlite:///{Path(tmp) / 'hub.db'}"
+        result = asyncio.run(run(url, args.count, args.batch))
+    result["load_average_1m"] = round(__import__("os").getloadavg()[0], 2)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
