@@ -79,8 +79,14 @@ class NullStore:
     def save(self, *args: object) -> None:
         return None
 
-    def mark_published(self, ids: object) -> None:
+    def mark_published(self, ids: object = ()) -> None:
         return None
+
+    def mark_published_later(self, ids: object) -> None:
+        return None
+
+    def pending_marks(self) -> int:
+        return 0
 
 
 class World:

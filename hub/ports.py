@@ -62,8 +62,16 @@ class Store(Protocol):
         not ended before `since`, of `teams` when given; oldest submission first. A superset
         of the work that ran inside the window: `hub.usage` counts the exact overlap."""
 
-    def mark_published(self, decision_ids: Iterable[str]) -> None:
-        """Mark these decisions published. Idempotent; unknown ids are ignored."""
+    def mark_published(self, decision_ids: Iterable[str] = ()) -> None:
+        """Mark these decisions, and those left by `mark_published_later`, published now.
+        Idempotent; unknown ids are ignored."""
+
+    def mark_published_later(self, decision_ids: Iterable[str]) -> None:
+        """Mark these decisions published with the next `save` or `mark_published`, in its
+        transaction. No I/O; until then they count as unpublished (a crash re-sends them)."""
+
+    def pending_marks(self) -> int:
+        """How many decisions `mark_published_later` left for the next write."""
 
     def unpublished(self) -> list[DecisionRecord]:
         """Decisions saved but not marked published, oldest first (re-sent at start-up)."""

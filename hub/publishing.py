@@ -2,7 +2,8 @@
 
 A decision is saved (unpublished) in the same transaction as the workload change it belongs to,
 published under its derived id (the bus drops a copy it already has), and then marked
-published. What a crash left unpublished is sent again at start.
+published: with the next save, or on its own within `MARK_WITHIN_S`. What a crash left
+unpublished is sent again at start.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ log = structlog.get_logger(__name__)
 
 #: Demand is published when it changes, and at least this often.
 DEMAND_EVERY_S = 2.0
+#: A published decision is marked in the store's next write; when none comes within this
+#: long, in a write of its own. (Far inside the bus's duplicate window: a mark lost to a crash
+#: only means the command is sent again under the same id, and the bus drops the copy.)
+MARK_WITHIN_S = 0.5
 
 
 def decision(
@@ -51,7 +56,6 @@ class Publisher:
         self.bus = bus
         self.demand = DemandReport(sent_at=0.0, seq=0)
         self._demand_published_at = 0.0
-        self._to_mark: list[str] = []
         self._marker: asyncio.Task[None] | None = None
 
     async def publish(self, decisions: Sequence[DecisionRecord]) -> None:
@@ -69,24 +73,31 @@ class Publisher:
             if record.decision_id == decision_id(w.id, live.epoch, "place"):
                 w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
         self.state.counters["commands_published"] += len(decisions)
-        self._to_mark.extend(d.decision_id for d in decisions)
+        # Marked in the transaction of the next save (under load, milliseconds away): a write
+        # of their own was a transaction and a thread hop for every cycle's publish.
+        self.state.store.mark_published_later(d.decision_id for d in decisions)
         if self._marker is None or self._marker.done():
             self._marker = asyncio.create_task(self._mark_published(), name="hub-mark-published")
 
     async def _mark_published(self) -> None:
-        # Marks of many cycles go in one write: a mark lost to a crash only means the command
-        # is sent again under the same id, and the bus drops the copy.
-        while self._to_mark:
-            ids, self._to_mark = self._to_mark, []
-            try:
-                await self.state.db(self.state.store.mark_published, ids)
-            except Exception:
-                log.warning("mark_published_failed", count=len(ids))
+        store = self.state.store
+        while store.pending_marks():
+            await asyncio.sleep(MARK_WITHIN_S)
+            if store.pending_marks():  # no save took them
+                await self._write_marks()
+
+    async def _write_marks(self) -> None:
+        try:
+            await self.state.db(self.state.store.mark_published)
+        except Exception:
+            log.warning("mark_published_failed", count=self.state.store.pending_marks())
 
     async def flush_marks(self) -> None:
-        """Wait until every publish so far is marked in the store."""
-        while self._marker is not None and not self._marker.done():
-            await asyncio.shield(self._marker)
+        """Write every mark still waiting (at shutdown: publishes so far are marked)."""
+        if self._marker is not None:
+            self._marker.cancel()
+        if self.state.store.pending_marks():
+            await self._write_marks()
 
     async def republish_unpublished(self) -> None:
         """Send again what a crash left unpublished, under the same ids.

@@ -10,25 +10,32 @@ The tables below describe the latest schema; `hub.migrations` creates and upgrad
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
-from pydantic import TypeAdapter
-from sqlalchemy import Engine, Index, LargeBinary, event, insert, text, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Engine, Index, LargeBinary, event, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
 
-from hub.authstore import AuditEntry, AuditRow
+from hub.authstore import AuditEntry
 from hub.core.lifecycle import Attempt
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from hub.storewrites import (
+    ATTEMPT_ADAPTER,
+    Statements,
+    attempt_row,
+    audit_row,
+    decision_row,
+    transaction,
+    workload_row,
+)
 from hub.usage import InstanceBill
-from schemas import CapacityReport, Phase
+from schemas import CapacityReport, Phase, WorkloadSpec
 from schemas.burst import InstanceEvent
 
 log = structlog.get_logger(__name__)
@@ -36,10 +43,6 @@ log = structlog.get_logger(__name__)
 _TERMINAL = [p.value for p in Phase if p.terminal]
 #: Workload ids per query when attempts are read for many workloads (bound parameters).
 _ATTEMPT_BATCH = 500
-_ATTEMPT_ADAPTER: TypeAdapter[Attempt] = TypeAdapter(Attempt)
-#: Left out of a workload row's JSON: its attempts (their own table) and what is derived from
-#: them (the computed fields, recomputed on load): serialising those was a third of a save.
-_NOT_STORED = frozenset({"attempts", *WorkloadRecord.model_computed_fields})
 
 
 class WorkloadRow(SQLModel, table=True):
@@ -121,9 +124,13 @@ class Store:
         newer than this code.
         """
         self.url = url
-        self._statements: dict[tuple[Any, ...], Any] = {}
         self.engine: Engine = _engine(url)
         migrate(self.engine)
+        self._sql = Statements.of(self.engine)
+        # Each live workload's spec as JSON, kept between its saves (see `workload_row`).
+        self._specs: dict[str, tuple[WorkloadSpec, str]] = {}
+        self._marks: list[str] = []  # decisions to mark published with the next write
+        self._marks_lock = threading.Lock()  # marks are left on the event loop's thread
 
     @classmethod
     def sqlite(cls, path: Path) -> Store:
@@ -144,57 +151,43 @@ class Store:
         audits: Iterable[AuditEntry] = (),
     ) -> None:
         """Insert or update workloads (with every attempt) and decisions, and append audit
-        entries, in one transaction.
+        entries, in one transaction; the marks left by `mark_published_later` go with it.
 
         Idempotent for workloads and decisions: keyed by workload id, (workload id, epoch) and
         decision id. An audit entry saved with what it records costs no transaction of its own.
         """
         rows = []
-        attempt_rows: list[dict[str, Any]] = []
+        attempt_rows: list[tuple[Any, ...]] = []
         for w in workloads:
-            rows.append(
-                {
-                    "id": w.id,
-                    "team": w.spec.team,
-                    "phase": w.phase.value,
-                    "submitted_at": w.submitted_at,
-                    "spoke_id": w.spoke_id,
-                    "data": w.model_dump_json(exclude=_NOT_STORED),  # type: ignore[arg-type]
-                }
-            )
-            attempt_rows.extend(_attempt_row(w.id, a) for a in w.attempts)
-        decision_rows = [d.model_dump() for d in decisions]
-        audit_rows = [e.model_dump(exclude={"seq"}) for e in audits]
-        # Core upserts, not ORM merges: the hub writes on every submission and event, and a
-        # merge costs a SELECT per row before its write.
-        with self.engine.begin() as conn:
-            if rows:
-                conn.execute(self._upsert(WorkloadRow, "id", rows[0]), rows)
-            if attempt_rows:
-                upsert = self._upsert(AttemptRow, ("workload_id", "epoch"), attempt_rows[0])
-                conn.execute(upsert, attempt_rows)
-            if decision_rows:
-                conn.execute(
-                    self._upsert(DecisionRow, "decision_id", decision_rows[0]), decision_rows
-                )
-            if audit_rows:
-                conn.execute(insert(AuditRow.__table__), audit_rows)  # type: ignore[attr-defined]
+            rows.append(workload_row(w, self._specs))
+            attempt_rows.extend(attempt_row(w.id, a) for a in w.attempts)
+        decision_rows = [decision_row(d) for d in decisions]
+        audit_rows = [audit_row(e) for e in audits]
+        # Upserts, not ORM merges: the hub writes on every submission and event, and a merge
+        # costs a SELECT per row before its write.
+        self._write(rows, attempt_rows, decision_rows, audit_rows)
 
-    def _upsert(self, model: Any, key: str | tuple[str, ...], sample: dict[str, Any]) -> Any:
-        cache_key = (model, key, tuple(sample))
-        cached = self._statements.get(cache_key)
-        if cached is not None:
-            return cached
-        keys = (key,) if isinstance(key, str) else key
-        table = model.__table__
-        insert = postgresql_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
-        statement = insert(table)
-        columns = {name: statement.excluded[name] for name in sample if name not in keys}
-        upsert = statement.on_conflict_do_update(
-            index_elements=[table.c[k] for k in keys], set_=columns
-        )
-        self._statements[cache_key] = upsert
-        return upsert
+    def _write(self, *rows: list[tuple[Any, ...]]) -> None:
+        workloads, attempts, decisions, audits = rows
+        with self._marks_lock:
+            marks, self._marks = self._marks, []
+        sql = self._sql
+        try:
+            with transaction(self.engine) as cursor:
+                if workloads:
+                    cursor.executemany(sql.workload, workloads)
+                if attempts:
+                    cursor.executemany(sql.attempt, attempts)
+                if decisions:
+                    cursor.executemany(sql.decision, decisions)
+                if audits:
+                    cursor.executemany(sql.audit, audits)
+                if marks:
+                    cursor.executemany(sql.mark_published, [(True, m) for m in marks])
+        except BaseException:
+            with self._marks_lock:  # kept for the next write
+                self._marks[:0] = marks
+            raise
 
     def get(self, workload_id: str) -> WorkloadRecord | None:
         """The workload with this id, or None if there is none."""
@@ -277,10 +270,8 @@ class Store:
                 .where(col(AttemptRow.workload_id).in_(batch))
                 .order_by(col(AttemptRow.workload_id), col(AttemptRow.epoch))
             )
-            for attempt_row in session.exec(query):
-                attempts[attempt_row.workload_id].append(
-                    _ATTEMPT_ADAPTER.validate_json(attempt_row.data)
-                )
+            for stored in session.exec(query):
+                attempts[stored.workload_id].append(ATTEMPT_ADAPTER.validate_json(stored.data))
         records = []
         for row in rows:
             record = WorkloadRecord.model_validate_json(row.data)
@@ -290,14 +281,24 @@ class Store:
 
     # --- decisions ---
 
-    def mark_published(self, decision_ids: Iterable[str]) -> None:
-        """Mark these decisions published (idempotent; unknown ids are ignored)."""
-        ids = list(decision_ids)
-        if not ids:
-            return
-        table: Any = DecisionRow.__table__  # type: ignore[attr-defined]
-        with self.engine.begin() as conn:
-            conn.execute(update(table).where(table.c.decision_id.in_(ids)).values(published=True))
+    def mark_published(self, decision_ids: Iterable[str] = ()) -> None:
+        """Mark these decisions, and those left by `mark_published_later`, published now
+        (idempotent; unknown ids are ignored)."""
+        self.mark_published_later(decision_ids)
+        if self.pending_marks():
+            self._write([], [], [], [])
+
+    def mark_published_later(self, decision_ids: Iterable[str]) -> None:
+        """Mark these decisions published with the next write (no I/O of its own).
+
+        Until then they count as unpublished: a crash sends them again under the same ids, and
+        the bus drops the copies."""
+        with self._marks_lock:
+            self._marks.extend(decision_ids)
+
+    def pending_marks(self) -> int:
+        """How many marks wait for the next write."""
+        return len(self._marks)
 
     def unpublished(self) -> list[DecisionRecord]:
         """Decisions persisted but maybe not published (re-sent at start-up)."""
@@ -416,18 +417,6 @@ class Store:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-
-
-def _attempt_row(workload_id: str, attempt: Attempt) -> dict[str, Any]:
-    return {
-        "workload_id": workload_id,
-        "epoch": attempt.epoch,
-        "spoke_id": attempt.spoke_id,
-        "placed_at": attempt.placed_at,
-        "ended_at": attempt.ended_at,
-        "end_reason": attempt.end_reason.value if attempt.end_reason else None,
-        "data": _ATTEMPT_ADAPTER.dump_json(attempt).decode(),
-    }
 
 
 def _engine(url: str) -> Engine:

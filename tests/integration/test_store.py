@@ -33,6 +33,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import SQLModel
 from sqlmodel.sql.sqltypes import AutoString
 
@@ -40,6 +41,7 @@ import hub.authstore  # noqa: F401  (registers the token and audit tables)
 import hub.migrations as migrations
 from gpufed.postgres import EmbeddedPostgres
 from hub import migration_steps
+from hub.authstore import AuditEntry
 from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
@@ -221,6 +223,53 @@ def test_decisions_stay_unpublished_until_marked(store: Store) -> None:
     assert store.unpublished() == []
 
 
+def test_marks_left_for_later_are_written_with_the_next_save(store: Store) -> None:
+    store.save([workload("w1")], [decision("d1", at=1.0), decision("d2", at=2.0)])
+
+    store.mark_published_later(["d1"])
+    assert [d.decision_id for d in store.unpublished()] == ["d1", "d2"]  # no write yet
+
+    store.save([workload("w2")])
+    assert [d.decision_id for d in store.unpublished()] == ["d2"]
+    assert store.pending_marks() == 0
+
+    store.mark_published_later(["d2"])
+    store.mark_published()
+    assert store.unpublished() == []
+
+
+def test_a_failed_save_writes_nothing_and_keeps_the_marks_for_the_next_write(
+    store: Store,
+) -> None:
+    store.save([workload("w1")], [decision("d1", at=1.0)])
+    store.mark_published_later(["d1"])
+    # An audit entry without its required actor fails the transaction after the other rows.
+    broken = AuditEntry(at=1.0, actor="a", role="admin", action="submit", result="ok")
+    object.__setattr__(broken, "actor", None)
+
+    with pytest.raises(DBAPIError):
+        store.save([workload("w2")], audits=[broken])
+
+    assert store.get("w2") is None
+    assert [d.decision_id for d in store.unpublished()] == ["d1"]
+    assert store.pending_marks() == 1
+    store.save()
+    assert store.unpublished() == []
+
+
+def test_a_record_saved_again_keeps_its_spec_and_fields(store: Store) -> None:
+    record = workload("w1")
+    store.save([record])
+    record.note(5.0, "placed", "on s1")
+    record.spec = record.spec.model_copy(update={"name": "renamed"})
+    store.save([record])
+
+    stored = store.get("w1")
+    assert stored is not None
+    assert stored.spec.name == "renamed"
+    assert [h.event for h in stored.history] == ["placed"]
+
+
 def test_spokes_round_trip_with_capacity_report(store: Store) -> None:
     report = CapacityReport(
         spoke_id="s1",
@@ -322,7 +371,9 @@ def test_store_recovers_connections_the_server_dropped(
             ).fetchone()
         assert killed is not None and killed[0] >= 1
 
+        store.save([workload("w2")])  # writes go through the driver's connection: replaced too
         assert store.get("w1") is not None
+        assert store.get("w2") is not None
     finally:
         store.close()
 
