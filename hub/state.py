@@ -11,9 +11,9 @@ import asyncio
 import contextvars
 import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from hub.authstore import AuditEntry
 from hub.core.idle import Activity
@@ -23,7 +23,7 @@ from hub.core.windows import active_window, apply_window
 from hub.dbworker import DbWorker
 from hub.metrics import HubMetrics
 from hub.ports import Store
-from hub.records import SpokeRecord, WorkloadRecord
+from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.usage import InstanceBill
 from schemas import CapacityReport, WorkloadSpec
@@ -73,6 +73,7 @@ class HubState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _db_worker: DbWorker = field(default_factory=DbWorker)
+    _save_all: _SaveAll | None = None
     # The policy in force for the last (policy, window) asked for: windows switch a few times
     # a day, cycles run many times a second.
     _in_force: tuple[Policy, str | None, Policy] | None = None
@@ -94,9 +95,20 @@ class HubState:
         self.wakeup.set()
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking store call off the event loop, one at a time."""
+        """Run a blocking store call off the event loop, one at a time.
+
+        Saves (`store.save`) waiting together are committed in one transaction (see
+        `hub.dbworker`); each caller returns once its own rows are committed.
+        """
         # One thread: SQLite wants a single writer, and the event loop stays free.
         context = contextvars.copy_context()
+        if fn == getattr(self.store, "save", None):
+            merge = self._save_all
+            if merge is None or merge.store is not self.store:
+                merge = self._save_all = _SaveAll(self.store)
+            part = _save_part(*args, **kwargs)
+            save: Callable[[], Any] = functools.partial(context.run, self.store.save, *part)
+            return cast(T, await self._db_worker.call(save, merge, part))
         return await self._db_worker.call(functools.partial(context.run, fn, *args, **kwargs))
 
     def forget(self, workload_id: str) -> None:
@@ -104,3 +116,28 @@ class HubState:
         self.workloads.pop(workload_id, None)
         self.claims.discard(workload_id)
         self.activity.pop(workload_id, None)
+
+
+_SavePart = tuple[list[WorkloadRecord], list[DecisionRecord], list[AuditEntry]]
+
+
+def _save_part(
+    workloads: Iterable[WorkloadRecord] = (),
+    decisions: Iterable[DecisionRecord] = (),
+    audits: Iterable[AuditEntry] = (),
+) -> _SavePart:
+    return list(workloads), list(decisions), list(audits)
+
+
+@dataclass(eq=False)
+class _SaveAll:
+    """Saves waiting together, as one `store.save` (group commit)."""
+
+    store: Store
+
+    def __call__(self, parts: list[_SavePart]) -> None:
+        self.store.save(
+            [w for workloads, _, _ in parts for w in workloads],
+            [d for _, decisions, _ in parts for d in decisions],
+            [e for _, _, audits in parts for e in audits],
+        )

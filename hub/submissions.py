@@ -100,8 +100,10 @@ class Submissions:
         records = [r for rs, _, _ in batch for r in rs]
         audits = [e for _, es, _ in batch for e in es]
         try:
+            # Saved without the lock: nothing else holds these new records yet, and a save
+            # waiting beside the cycle's or the events' is committed in their transaction.
+            await self.state.db(self.state.store.save, records, (), audits)
             async with self.state.lock:
-                await self.state.db(self.state.store.save, records, (), audits)
                 for record in records:
                     self.state.workloads[record.id] = record
         except BaseException as exc:

@@ -47,6 +47,7 @@ from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
 from hub.records import DecisionRecord, HistoryEntry, SpokeRecord, WorkloadRecord
 from hub.store import Store
+from hub.storewrites import Statements
 from hub.usage import InstanceBill
 from schemas import Assignment, CapacityReport, Phase, WorkloadSpec
 from schemas.burst import InstanceEvent, InstanceState, Market
@@ -255,6 +256,32 @@ def test_a_failed_save_writes_nothing_and_keeps_the_marks_for_the_next_write(
     assert store.pending_marks() == 1
     store.save()
     assert store.unpublished() == []
+
+
+def test_a_save_naming_a_workload_twice_keeps_the_later(store: Store) -> None:
+    # Saves that waited together are committed as one: a record can appear in two of them.
+    first = workload("w1", spoke="s1", phase=Phase.RUNNING)
+    later = workload("w1", spoke="s1", phase=Phase.SUCCEEDED, at=200.0)
+    store.save([first, later], [decision("d1", at=1.0), decision("d1", at=2.0)])
+
+    stored = store.get("w1")
+    assert stored is not None and stored.phase == Phase.SUCCEEDED
+    assert stored.attempts == later.attempts
+    assert [d.created_at for d in store.unpublished()] == [2.0]
+
+
+def test_the_hot_writes_name_every_column_of_their_tables(store: Store) -> None:
+    sql = Statements.of(store.engine)
+    written = {
+        "workloads": sql.workload,
+        "attempts": sql.attempt,
+        "decisions": sql.decision,
+        "audit_log": sql.audit,
+    }
+    for table, statement in written.items():
+        columns = statement.split("(", 1)[1].split(")", 1)[0].split(", ")
+        expected = {c.name for c in SQLModel.metadata.tables[table].columns} - {"seq"}
+        assert set(columns) == expected, table
 
 
 def test_a_record_saved_again_keeps_its_spec_and_fields(store: Store) -> None:

@@ -86,3 +86,57 @@ def test_the_worker_serves_a_new_event_loop_after_the_last_one_closed() -> None:
     worker = DbWorker()
     assert asyncio.run(worker.call(lambda: "first")) == "first"
     assert asyncio.run(worker.call(lambda: "second")) == "second"
+
+
+def _queued_behind_a_blocker(
+    worker: DbWorker, names: list[str], merged: list[list[str]]
+) -> list[object]:
+    """Make calls named `names` while the worker is busy, so they wait together (a name
+    starting with "bad" fails)."""
+    started = threading.Event()
+    release = threading.Event()
+    done: list[str] = []
+
+    def merge(parts: list[str]) -> None:
+        if any(part.startswith("bad") for part in parts):
+            raise ValueError("one part is bad")
+        merged.append(parts)
+
+    def alone(name: str) -> str:
+        if name.startswith("bad"):
+            raise ValueError(name)
+        done.append(name)
+        return name
+
+    def blocker() -> None:
+        started.set()
+        release.wait(5)
+
+    async def main() -> list[object]:
+        first = asyncio.create_task(worker.call(blocker))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        tasks = [
+            asyncio.create_task(worker.call(functools.partial(alone, name), merge, name))
+            for name in names
+        ]
+        await asyncio.sleep(0)  # every call queued (the worker is still busy)
+        release.set()
+        await first
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    return asyncio.run(main())
+
+
+def test_saves_waiting_together_run_as_one() -> None:
+    merged: list[list[str]] = []
+    results = _queued_behind_a_blocker(DbWorker(), ["a", "b", "c"], merged)
+    assert merged == [["a", "b", "c"]]
+    assert results == [None, None, None]
+
+
+def test_when_the_merged_call_fails_each_runs_alone_and_only_the_bad_one_fails() -> None:
+    merged: list[list[str]] = []
+    results = _queued_behind_a_blocker(DbWorker(), ["a", "bad-b", "c"], merged)
+    assert merged == []
+    assert results[0] == "a" and results[2] == "c"
+    assert isinstance(results[1], ValueError)
