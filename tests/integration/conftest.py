@@ -13,6 +13,7 @@ import pytest
 from bus.authority import NatsAuthority
 from bus.natsserver import EmbeddedNats
 from gpufed.up import Federation, SimSpoke
+from tests.integration.databases import db_url, engine, pg_url, postgres, store  # noqa: F401
 from tests.integration.fed import InProcessFederation
 
 
