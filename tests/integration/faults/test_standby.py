@@ -24,12 +24,11 @@ from tests.integration.faults.test_faults import (
     wait_http,
     wait_terminal,
 )
-from tests.integration.test_store import pg_url, postgres  # noqa: F401
 from tests.support.wait import wait_until
 
 
 @pytest.fixture
-def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:  # noqa: F811
+def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:
     fleet = (
         SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
         SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
