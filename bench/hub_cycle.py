@@ -71,6 +71,9 @@ class NullBus:
         self.seq += 1
         return Ack(self.seq)
 
+    async def publish_durable_many(self, messages: list[tuple[str, bytes, str]]) -> list[Ack]:
+        return [await self.publish_durable(*m) for m in messages]
+
     async def publish(self, subject: str, payload: bytes) -> None:
         return None
 

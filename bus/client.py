@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import nats
 import nats.errors
 import nats.js.errors
 import structlog
-from nats.aio.client import Client, RawCredentials
+from nats.aio.client import RawCredentials
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -27,26 +26,14 @@ from nats.js.api import (
 )
 
 from bus import natsclient
+from bus.durable import Durable, describe, publish_all
+from bus.streams import DUPLICATE_WINDOW_S as DUPLICATE_WINDOW_S
+from bus.streams import stream_configs
 from bus.tls import client_context
-from schemas import burst, subjects
+from bus.urls import mask_url as mask_url
+from schemas import subjects
 
 log = structlog.get_logger(__name__)
-
-_URL_USERINFO = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@\s:,]*)(?P<password>:[^/@\s,]*)?@"
-)
-
-
-def mask_url(text: str) -> str:
-    """`text` with the password of every URL in it replaced by `***` (a lone user part is a
-    token, masked too): `nats://hub:***@host:4222`, `nats://***@host:4222`."""
-
-    def masked(m: re.Match[str]) -> str:
-        if m["password"] is None:
-            return f"{m['scheme']}***@"
-        return f"{m['scheme']}{m['user']}:***@"
-
-    return _URL_USERINFO.sub(masked, text)
 
 
 def _mtime(path: str) -> int | None:
@@ -56,8 +43,6 @@ def _mtime(path: str) -> int | None:
         return None
 
 
-#: How long JetStream remembers a Nats-Msg-Id; a retried publish inside it is dropped as a repeat.
-DUPLICATE_WINDOW_S = 120.0
 #: The status header value of the server's "no responders" reply.
 NO_RESPONDERS_STATUS = "503"
 #: Most messages a durable consumer fetches per round trip (it takes what is there, up to this).
@@ -93,7 +78,7 @@ class Bus:
 
     def __init__(self, settings: BusSettings) -> None:
         self.settings = settings
-        self._nc: Client | None = None
+        self._nc: natsclient.Client | None = None
         self._js: JetStreamContext | None = None
         self.connected = asyncio.Event()
         self.reconnected = asyncio.Event()  # set on every reconnect; whoever reacts clears it
@@ -101,7 +86,7 @@ class Bus:
         self.reconnects = 0  # since this process started (exported as a metric)
 
     @property
-    def nc(self) -> Client:
+    def nc(self) -> natsclient.Client:
         if self._nc is None:
             raise RuntimeError("bus not connected")
         return self._nc
@@ -217,9 +202,41 @@ class Bus:
                 # serving the stream (503, 500, no responders, a stream not recovered yet).
                 if deadline is not None and loop.time() > deadline:
                     raise
-                log.warning("publish_retry", subject=subject, msg_id=msg_id, error=_describe(exc))
+                log.warning("publish_retry", subject=subject, msg_id=msg_id, error=describe(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def publish_durable_many(
+        self, messages: Sequence[Durable], *, give_up_after_s: float | None = None
+    ) -> list[PubAck]:
+        """`publish_durable` for many (subject, payload, msg_id): all in flight at once, each
+        retried under its own id until acked; the acks in order (see `bus.durable`)."""
+        if not messages:
+            return []
+        return await publish_all(
+            self.js,
+            messages,
+            timeout_s=self.settings.publish_timeout_s,
+            give_up_after_s=give_up_after_s,
+        )
+
+    async def respond(self, replies: Sequence[tuple[Msg, bytes]]) -> None:
+        """Answer requests, (request, payload) each, in one write; a request with no reply
+        subject gets no answer. One with headers is answered by `Msg.respond`, which sends them
+        back with the answer."""
+        plain: list[tuple[str, bytes]] = []
+        for msg, data in replies:
+            if msg.headers:
+                await msg.respond(data)
+            elif msg.reply:
+                plain.append((msg.reply, data))
+        await self.nc.publish_batch(plain)
+
+    async def ack(self, msgs: Sequence[Msg]) -> None:
+        """Ack JetStream messages (fire-and-forget, as `Msg.ack`), all in one write."""
+        await self.nc.publish_batch([(msg.reply, b"") for msg in msgs if msg.reply])
+        for msg in msgs:
+            msg._ackd = True  # as Msg.ack() marks it: a second ack then raises
 
     async def ensure_streams(self, event_domains: tuple[str, ...] = ()) -> None:
         """Create or update gpufed's streams (idempotent; the hub calls it at start).
@@ -227,7 +244,7 @@ class Bus:
         `event_domains`: JetStream domains of regional leaf nodes whose event streams the hub's
         event stream sources (see ensure_regional_streams).
         """
-        for config in _stream_configs(event_domains):
+        for config in stream_configs(event_domains):
             await self._put_stream(config)
 
     async def ensure_regional_streams(
@@ -404,7 +421,7 @@ class Bus:
                 if sub is None:
                     # The consumer lookup or creation timed out: a server slow under load (it
                     # may yet create it; the next try finds it). Once the task's silent end.
-                    log.warning("consumer_subscribe_retry", durable=durable, error=_describe(exc))
+                    log.warning("consumer_subscribe_retry", durable=durable, error=describe(exc))
                 continue  # nothing arrived (or a pull request was lost to a reconnect)
             except nats.js.errors.BadRequestError:
                 raise  # our consumer config is wrong: a retry cannot fix it
@@ -414,7 +431,7 @@ class Bus:
                 # restarting, or lost the consumer. Never give up: a consumer loop that dies
                 # stops the whole flow while everything else looks healthy. Subscribe afresh,
                 # which creates the consumer again if it is gone.
-                log.warning("consumer_retry", durable=durable, error=_describe(exc))
+                log.warning("consumer_retry", durable=durable, error=describe(exc))
                 if sub is not None:
                     with contextlib.suppress(Exception):
                         await sub.unsubscribe()
@@ -473,36 +490,3 @@ def no_responders(msg: Msg) -> bool:
     subscribed, rather than a reply; a plain publish with a reply subject gets one too."""
     headers = msg.headers
     return headers is not None and headers.get("Status") == NO_RESPONDERS_STATUS
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _stream_configs(event_domains: tuple[str, ...] = ()) -> list[StreamConfig]:
-    sources = [
-        StreamSource(name=subjects.EVENTS_STREAM, external=ExternalStream(api=f"$JS.{domain}.API"))
-        for domain in event_domains
-    ]
-    return [
-        StreamConfig(
-            name=subjects.COMMANDS_STREAM,
-            subjects=[subjects.COMMANDS_SUBJECTS],
-            duplicate_window=DUPLICATE_WINDOW_S,
-            max_age=7 * 24 * 3600.0,
-        ),
-        StreamConfig(
-            name=subjects.EVENTS_STREAM,
-            subjects=[subjects.EVENTS_SUBJECTS],
-            duplicate_window=DUPLICATE_WINDOW_S,
-            max_age=7 * 24 * 3600.0,
-            sources=sources or None,
-        ),
-        StreamConfig(
-            name=burst.BURST_STREAM,
-            subjects=[burst.BURST_INSTANCES],
-            duplicate_window=DUPLICATE_WINDOW_S,
-            max_age=30 * 24 * 3600.0,
-        ),
-    ]

@@ -6,10 +6,8 @@ hearing the others. JetStream messages are acked once their effect is saved.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -23,23 +21,20 @@ from hub.core.lifecycle import EndReason, Event
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
 from hub.idle import note_activity
+from hub.intake import Intake, Replier
+from hub.intake import validation_error as validation_error
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
 from hub.usage import accrue_bill
 from schemas import (
-    MAX_BATCH,
     CapacityReport,
-    ErrorReply,
     EventPhase,
     LeaseAck,
     Phase,
-    SubmitBatchReply,
-    SubmitReply,
     SyncReply,
     SyncRequest,
     WorkloadEvent,
-    WorkloadSpec,
     subjects,
 )
 from schemas.burst import BurstStateReply, InstanceEvent
@@ -50,8 +45,9 @@ log = structlog.get_logger(__name__)
 SPOKE_PERSIST_EVERY_S = 10.0
 
 
-class Handlers:
-    """NATS callbacks over the hub's state; `submit` and `reconcile` are the service's."""
+class Handlers(Intake):
+    """NATS callbacks over the hub's state; `submit`, `submit_many` and `reconcile` are the
+    service's; `bus` answers and acks a batch in one write."""
 
     def __init__(
         self,
@@ -59,126 +55,13 @@ class Handlers:
         leases: Leases,
         submit: Callable[..., Awaitable[WorkloadRecord]],
         reconcile: Callable[[SyncRequest], Awaitable[SyncReply]],
-        submit_many: Callable[
-            [Sequence[WorkloadSpec], str], Awaitable[list[WorkloadRecord | HubError]]
-        ]
-        | None = None,
+        submit_many: Callable[..., Awaitable[list[WorkloadRecord | HubError]]] | None = None,
+        bus: Replier | None = None,
     ) -> None:
-        self.state = state
+        super().__init__(state, submit, submit_many, bus)
         self.leases = leases
-        self._submit = submit
-        self._submit_many = submit_many
         self._reconcile = reconcile
-        self._answering: set[asyncio.Task[None]] = set()
         self._spoke_persisted: dict[str, float] = {}
-
-    async def on_submit(self, msg: Msg) -> None:
-        """`submit`: a WorkloadSpec in, a SubmitReply out.
-
-        Answered in a task of its own: the subscription hands over the next submission at
-        once, so submissions that arrive together are saved together (`HubService.submit`).
-        """
-        task = asyncio.create_task(self.answer_submit(msg))
-        self._answering.add(task)
-        task.add_done_callback(self._answering.discard)
-
-    async def answer_submit(self, msg: Msg) -> None:
-        """Take one submission and answer it."""
-        spec: WorkloadSpec | None = None
-        audited = False
-        entry_for = self.state.submit_audit
-        try:
-            spec = WorkloadSpec.model_validate_json(msg.data)
-            if entry_for is None:
-                record = await self._submit(spec)
-            else:
-                accepted = spec
-                record = await self._submit(spec, audit=lambda r: entry_for(accepted, r.id, "ok"))
-                audited = True
-            reply = SubmitReply(ok=True, workload_id=record.id)
-        except ValidationError as exc:
-            self.state.counters["submit_invalid"] += 1
-            self.state.metrics.rejections.labels("submit").inc()
-            reply = SubmitReply(ok=False, error=validation_error(exc))
-        except HubError as exc:
-            if not exc.retryable:
-                self.state.counters["submit_invalid"] += 1
-                self.state.metrics.rejections.labels("submit").inc()
-            reply = SubmitReply(ok=False, error=exc.reply())
-        except Exception:
-            log.exception("submit_failed")
-            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
-            reply = SubmitReply(ok=False, error=error)
-        if spec is not None and not audited:
-            result = "ok" if reply.ok or reply.error is None else reply.error.code
-            for listener in self.state.submit_listeners:
-                await listener(spec, reply.workload_id, result)
-        if msg.reply:
-            await msg.respond(reply.model_dump_json().encode())
-
-    async def on_submit_batch(self, msg: Msg) -> None:
-        """`submit_batch`: a JSON list of WorkloadSpec in, a SubmitBatchReply out."""
-        try:
-            reply = await self.submit_batch(msg.data)
-        except Exception:
-            log.exception("submit_batch_failed")
-            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
-            reply = SubmitBatchReply(error=error)
-        if msg.reply:
-            await msg.respond(reply.model_dump_json().encode())
-
-    async def submit_batch(self, body: bytes | str, user: str = "") -> SubmitBatchReply:
-        """Validate each spec of a JSON list on its own; store the valid ones together.
-
-        A body that is not a list, or holds more than MAX_BATCH specs, is refused whole.
-        """
-        try:
-            items = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return SubmitBatchReply(
-                error=ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}")
-            )
-        if isinstance(items, dict) and isinstance(items.get("workloads"), list):
-            items = items["workloads"]
-        if not isinstance(items, list):
-            return SubmitBatchReply(
-                error=ErrorReply(
-                    code="invalid_batch",
-                    message='a batch is a JSON list of workload specs (or {"workloads": [...]})',
-                )
-            )
-        if len(items) > MAX_BATCH:
-            return SubmitBatchReply(
-                error=ErrorReply(
-                    code="batch_too_large",
-                    message=f"a batch holds at most {MAX_BATCH} workloads; this one has "
-                    f"{len(items)}: split it",
-                )
-            )
-        replies: list[SubmitReply | None] = []
-        specs: list[WorkloadSpec] = []
-        for item in items:
-            try:
-                specs.append(WorkloadSpec.model_validate(item))
-                replies.append(None)
-            except ValidationError as exc:
-                replies.append(SubmitReply(ok=False, error=validation_error(exc)))
-        if self._submit_many is None:
-            raise RuntimeError("this hub takes no batches")
-        outcomes = iter(await self._submit_many(specs, user))
-        results: list[SubmitReply] = []
-        for reply in replies:
-            if reply is None:
-                outcome = next(outcomes)
-                if isinstance(outcome, HubError):
-                    reply = SubmitReply(ok=False, error=outcome.reply())
-                else:
-                    reply = SubmitReply(ok=True, workload_id=outcome.id)
-            results.append(reply)
-        accepted = sum(r.ok for r in results)
-        refused = len(results) - accepted
-        self.state.counters["submit_invalid"] += refused
-        return SubmitBatchReply(results=tuple(results), accepted=accepted, refused=refused)
 
     async def on_capacity(self, msg: Msg) -> None:
         """`spoke.<id>.capacity`: renew the spoke's lease, keep its report."""
@@ -337,8 +220,7 @@ class Handlers:
                     if record.phase.terminal:
                         state.forget(record.id)
                 transitions.log_finished(list(changed.values()))
-        for msg in msgs:
-            await msg.ack()
+        await self._bus.ack(msgs)
         state.counters["events"] += len(events)
         if any(e.phase != EventPhase.RUNNING for _, e in events):
             state.trigger()  # devices freed or work requeued; a start changes no plan
@@ -412,18 +294,6 @@ def queued_since(w: WorkloadRecord) -> float:
         if entry.event in ("submitted", "requeued"):
             return entry.at
     return w.submitted_at
-
-
-def validation_error(exc: ValidationError) -> ErrorReply:
-    """Our error shape from pydantic's: the first problem, naming its field."""
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or None
-    message = first["msg"].removeprefix("Value error, ")
-    text = f"{field}: {message}" if field else message
-    more = len(exc.errors()) - 1
-    if more:
-        text += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return ErrorReply(code="invalid_workload", message=text, field=field)
 
 
 def _free_changed(old: CapacityReport, new: CapacityReport) -> bool:

@@ -62,8 +62,8 @@ class Publisher:
         """Publish saved decisions (each until acked), then mark them published."""
         if not decisions:
             return
-        acks = await asyncio.gather(
-            *(self.bus.publish_durable(d.subject, d.payload, d.decision_id) for d in decisions)
+        acks = await self.bus.publish_durable_many(
+            [(d.subject, d.payload, d.decision_id) for d in decisions]
         )
         for record, ack in zip(decisions, acks, strict=True):
             w = self.state.workloads.get(record.workload_id)

@@ -36,9 +36,9 @@ from hub.errors import (
     NotLeader,
 )
 from hub.handlers import Handlers
-from hub.handlers import validation_error as validation_error
 from hub.idle import IdleReaper
 from hub.ids import decision_id
+from hub.intake import validation_error as validation_error
 from hub.leadership import HOLDER_KEY, LEADER_URL_KEY, TERM_KEY, Leadership
 from hub.leases import Leases
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
@@ -95,7 +95,12 @@ class HubService(HubView):
         self.cycle = Cycle(self.state, self.leases, self.publisher)
         self.reaper = IdleReaper(self.state, self.publisher)
         self.handlers = Handlers(
-            self.state, self.leases, self.submit, self.reconcile, submit_many=self.submit_many
+            self.state,
+            self.leases,
+            self.submit,
+            self.reconcile,
+            submit_many=self.submit_many,
+            bus=bus,
         )
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
@@ -274,10 +279,14 @@ class HubService(HubView):
         return record
 
     async def submit_many(
-        self, specs: Sequence[WorkloadSpec], user: str = ""
+        self,
+        specs: Sequence[WorkloadSpec],
+        user: str = "",
+        audit: Callable[[WorkloadSpec, str], AuditEntry] | None = None,
     ) -> list[WorkloadRecord | HubError]:
         """Accept what policy allows of `specs`, saved in one transaction; per spec, in order,
-        the new record or why it was refused."""
+        the new record or why it was refused. `audit`: the entry of each accepted one (from
+        its spec and workload id), saved with it."""
         await self._refuse_on_standby()
         results: list[WorkloadRecord | HubError] = []
         queued = self.submissions.queued_counts()
@@ -286,7 +295,9 @@ class HubService(HubView):
                 results.append(self.submissions.new_record(spec, queued, user))
             except HubError as exc:
                 results.append(exc)
-        await self.submissions.commit([r for r in results if isinstance(r, WorkloadRecord)])
+        records = [r for r in results if isinstance(r, WorkloadRecord)]
+        audits = [] if audit is None else [audit(r.spec, r.id) for r in records]
+        await self.submissions.commit(records, audits)
         return results
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:

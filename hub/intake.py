@@ -1,0 +1,238 @@
+"""Submissions over NATS: one task takes what has arrived, saves it together, answers each."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import structlog
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from hub.authstore import AuditEntry
+from hub.errors import HubError
+from hub.records import WorkloadRecord
+from hub.state import HubState
+from schemas import (
+    MAX_BATCH,
+    ErrorReply,
+    SubmitBatchReply,
+    SubmitReply,
+    WorkloadSpec,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class Replier(Protocol):
+    """What the handlers answer and ack with (`bus.client.Bus`): a batch in one write."""
+
+    async def respond(self, replies: Sequence[tuple[Msg, bytes]]) -> None: ...
+
+    async def ack(self, msgs: Sequence[Msg]) -> None: ...
+
+
+class _OneByOne:
+    """A `Replier` over nats-py's own calls, one message at a time."""
+
+    async def respond(self, replies: Sequence[tuple[Msg, bytes]]) -> None:
+        for msg, data in replies:
+            if msg.reply:
+                await msg.respond(data)
+
+    async def ack(self, msgs: Sequence[Msg]) -> None:
+        for msg in msgs:
+            await msg.ack()
+
+
+#: Stands in for an accepted submission's reply until it is taken.
+_ACCEPTED = SubmitReply(ok=True)
+
+
+class Intake:
+    """`submit` and `submit_batch`; `submit` and `submit_many` are the service's."""
+
+    def __init__(
+        self,
+        state: HubState,
+        submit: Callable[..., Awaitable[WorkloadRecord]],
+        submit_many: Callable[..., Awaitable[list[WorkloadRecord | HubError]]] | None = None,
+        bus: Replier | None = None,
+    ) -> None:
+        self.state = state
+        self._submit = submit
+        self._submit_many = submit_many
+        self._bus = bus or _OneByOne()
+        self._submits: list[Msg] = []  # arrived, not yet taken by the submitter
+        self._submitter: asyncio.Task[None] | None = None
+
+    async def on_submit(self, msg: Msg) -> None:
+        """`submit`: a WorkloadSpec in, a SubmitReply out.
+
+        The subscription hands over the next submission at once: one task takes what has
+        arrived, saves it in one transaction and answers each; what arrives meanwhile is taken
+        next, together (a group commit without a task per submission).
+        """
+        self._submits.append(msg)
+        if self._submitter is None:
+            self._submitter = asyncio.create_task(self._take_submits(), name="hub-submits")
+
+    async def _take_submits(self) -> None:
+        try:
+            while self._submits:
+                msgs, self._submits = self._submits, []
+                try:
+                    await self.answer_submits(msgs)
+                except Exception:
+                    log.exception("submit_failed", count=len(msgs))
+        finally:
+            self._submitter = None
+
+    async def answer_submits(self, msgs: Sequence[Msg]) -> None:
+        """Take submissions (each a WorkloadSpec) and answer each."""
+        replies: list[SubmitReply] = []
+        specs: list[WorkloadSpec | None] = []
+        for msg in msgs:
+            try:
+                specs.append(WorkloadSpec.model_validate_json(msg.data))
+                replies.append(_ACCEPTED)  # placeholder until taken
+            except ValidationError as exc:
+                self._refused()
+                specs.append(None)
+                replies.append(SubmitReply(ok=False, error=validation_error(exc)))
+        valid = [spec for spec in specs if spec is not None]
+        entry_for = self.state.submit_audit
+        outcomes = iter(await self._take(valid) if valid else ())
+        for i, spec in enumerate(specs):
+            if spec is None:
+                continue
+            outcome = next(outcomes)
+            if isinstance(outcome, WorkloadRecord):
+                replies[i] = SubmitReply(ok=True, workload_id=outcome.id)
+                if entry_for is not None:
+                    continue  # audited: the entry was saved with the workload
+            else:
+                if isinstance(outcome, HubError) and not outcome.retryable:
+                    self._refused()
+                error = outcome.reply() if isinstance(outcome, HubError) else outcome
+                replies[i] = SubmitReply(ok=False, error=error)
+            reply = replies[i]
+            result = "ok" if reply.ok or reply.error is None else reply.error.code
+            for listener in self.state.submit_listeners:
+                await listener(spec, reply.workload_id, result)
+        await self._bus.respond(
+            [
+                (msg, reply.model_dump_json().encode())
+                for msg, reply in zip(msgs, replies, strict=True)
+            ]
+        )
+
+    async def _take(
+        self, specs: list[WorkloadSpec]
+    ) -> Sequence[WorkloadRecord | HubError | ErrorReply]:
+        """Accept `specs` (saved together, their audit entries with them): per spec, its new
+        record or why it was refused."""
+        entry_for = self.state.submit_audit
+        audit = None if entry_for is None else (lambda spec, wid: entry_for(spec, wid, "ok"))
+        try:
+            if self._submit_many is not None:
+                return await self._submit_many(specs, "", audit=audit)
+            return [await self._submit_one(spec, audit) for spec in specs]
+        except HubError as exc:  # the whole batch: a standby hub takes none
+            return [exc] * len(specs)
+        except Exception:
+            log.exception("submit_failed", count=len(specs))
+            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
+            return [error] * len(specs)
+
+    async def _submit_one(
+        self, spec: WorkloadSpec, audit: Callable[[WorkloadSpec, str], AuditEntry] | None
+    ) -> WorkloadRecord | HubError:
+        try:
+            if audit is None:
+                return await self._submit(spec)
+            return await self._submit(spec, audit=lambda r: audit(spec, r.id))
+        except HubError as exc:
+            return exc
+
+    def _refused(self) -> None:
+        self.state.counters["submit_invalid"] += 1
+        self.state.metrics.rejections.labels("submit").inc()
+
+    async def on_submit_batch(self, msg: Msg) -> None:
+        """`submit_batch`: a JSON list of WorkloadSpec in, a SubmitBatchReply out."""
+        try:
+            reply = await self.submit_batch(msg.data)
+        except Exception:
+            log.exception("submit_batch_failed")
+            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
+            reply = SubmitBatchReply(error=error)
+        if msg.reply:
+            await msg.respond(reply.model_dump_json().encode())
+
+    async def submit_batch(self, body: bytes | str, user: str = "") -> SubmitBatchReply:
+        """Validate each spec of a JSON list on its own; store the valid ones together.
+
+        A body that is not a list, or holds more than MAX_BATCH specs, is refused whole.
+        """
+        try:
+            items = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return SubmitBatchReply(
+                error=ErrorReply(code="invalid_json", message=f"body is not JSON: {exc}")
+            )
+        if isinstance(items, dict) and isinstance(items.get("workloads"), list):
+            items = items["workloads"]
+        if not isinstance(items, list):
+            return SubmitBatchReply(
+                error=ErrorReply(
+                    code="invalid_batch",
+                    message='a batch is a JSON list of workload specs (or {"workloads": [...]})',
+                )
+            )
+        if len(items) > MAX_BATCH:
+            return SubmitBatchReply(
+                error=ErrorReply(
+                    code="batch_too_large",
+                    message=f"a batch holds at most {MAX_BATCH} workloads; this one has "
+                    f"{len(items)}: split it",
+                )
+            )
+        replies: list[SubmitReply | None] = []
+        specs: list[WorkloadSpec] = []
+        for item in items:
+            try:
+                specs.append(WorkloadSpec.model_validate(item))
+                replies.append(None)
+            except ValidationError as exc:
+                replies.append(SubmitReply(ok=False, error=validation_error(exc)))
+        if self._submit_many is None:
+            raise RuntimeError("this hub takes no batches")
+        outcomes = iter(await self._submit_many(specs, user))
+        results: list[SubmitReply] = []
+        for reply in replies:
+            if reply is None:
+                outcome = next(outcomes)
+                if isinstance(outcome, HubError):
+                    reply = SubmitReply(ok=False, error=outcome.reply())
+                else:
+                    reply = SubmitReply(ok=True, workload_id=outcome.id)
+            results.append(reply)
+        accepted = sum(r.ok for r in results)
+        refused = len(results) - accepted
+        self.state.counters["submit_invalid"] += refused
+        return SubmitBatchReply(results=tuple(results), accepted=accepted, refused=refused)
+
+
+def validation_error(exc: ValidationError) -> ErrorReply:
+    """Our error shape from pydantic's: the first problem, naming its field."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    text = f"{field}: {message}" if field else message
+    more = len(exc.errors()) - 1
+    if more:
+        text += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ErrorReply(code="invalid_workload", message=text, field=field)
