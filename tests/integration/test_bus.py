@@ -76,3 +76,49 @@ async def test_flush_returns_once_the_server_has_read_what_was_sent_before_it(
     # The server read the SUB, then the flush's PING (after the connect's own PING).
     assert read_before_pong == ["PING", "SUB", "PING"]
     assert reply.data == b"here"
+
+
+async def test_many_durable_publishes_are_stored_once_each_in_order_and_acked_in_one_write(
+    nats_server: EmbeddedNats,
+) -> None:
+    """A cycle's commands go out together: each stored once, in order, a repeat of an id
+    dropped; a fetched batch acked with one write is not delivered again."""
+    bus = Bus(BusSettings(url=nats_server.url, name="test"))
+    await bus.connect()
+    await bus.ensure_streams()
+    subject = subjects.commands("eu-1")
+    try:
+        first = await bus.publish_durable_many(
+            [(subject, f"c{i}".encode(), f"id-{i}") for i in range(5)]
+        )
+        again = await bus.publish_durable_many([(subject, b"c2 again", "id-2")])
+        assert not any(a.duplicate for a in first)
+        assert [a.seq for a in first] == sorted(a.seq for a in first)
+        assert again[0].duplicate and again[0].seq == first[2].seq
+
+        got: list[bytes] = []
+
+        async def handle(msgs: list[Msg]) -> None:
+            got.extend(m.data for m in msgs)
+            await bus.ack(msgs)
+
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            bus.consume_batches(
+                subjects.COMMANDS_STREAM, "batch-acks", subject, handle, stop, ack_wait_s=1.0
+            )
+        )
+        await wait_until(lambda: len(got) == 5)
+        await wait_until(
+            lambda: _acked(bus, "batch-acks"), what="the consumer to have no ack pending"
+        )
+        stop.set()
+        await task
+        assert got == [f"c{i}".encode() for i in range(5)]
+    finally:
+        await bus.close()
+
+
+async def _acked(bus: Bus, durable: str) -> bool:
+    info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, durable)
+    return info.num_ack_pending == 0 and info.num_redelivered == 0
