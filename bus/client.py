@@ -27,6 +27,7 @@ from nats.js.api import (
 
 from bus import natsclient
 from bus.durable import Durable, describe, publish_all
+from bus.pull import PULL_EXPIRES_S, Puller, open_puller
 from bus.streams import DUPLICATE_WINDOW_S as DUPLICATE_WINDOW_S
 from bus.streams import stream_configs
 from bus.tls import client_context
@@ -386,16 +387,15 @@ class Bus:
     ) -> None:
         """Feed a durable pull consumer's messages to `handler` as lists, in stream order.
 
-        Each list is what was available, up to `batch`: the handler applies them together (one
-        store transaction, say) and acks each; what it does not ack comes back after
-        `ack_wait_s`.
+        Each list is what has arrived, up to `batch` (`bus.pull`: one pull request stays open
+        and the server pushes onto it): the handler applies them together (one store
+        transaction, say) and acks each; what it does not ack comes back after `ack_wait_s`.
 
-        `linger_s`: after a batch smaller than `batch`, the next fetch starts no sooner than
-        this after the last one did. A fetch, its handling and its acks cost the same for one
-        message as for a hundred: a consumer that keeps up with a steady stream would
-        otherwise pay them for nearly every message (and so would the server). A message
-        that finds the consumer idle is fetched at once; one that arrives during a batch
-        waits at most this long more.
+        `linger_s`: after a list shorter than `batch`, the next is taken no sooner than this
+        after the last one was. Handling a list and its acks cost the same for one message
+        as for a hundred: a consumer that keeps up with a steady stream would otherwise pay
+        them for nearly every message. A message that finds the consumer idle is handled at
+        once; one that arrives during a batch waits at most this long more.
         """
         config = ConsumerConfig(
             durable_name=durable,
@@ -404,49 +404,55 @@ class Bus:
             max_ack_pending=1000,
             filter_subject=filter_subject,
         )
-        sub = None
+        puller: Puller | None = None
         delay = 0.1
         loop = asyncio.get_running_loop()
         fetched_at = 0.0
-        while not stop.is_set():
-            try:
-                if sub is None:
-                    sub = await self.js.pull_subscribe(
-                        filter_subject, durable=durable, stream=stream, config=config
-                    )
-                fetched_at = loop.time()
-                msgs = await sub.fetch(batch, timeout=1.0)
-                delay = 0.1
-            except (TimeoutError, nats.js.errors.FetchTimeoutError) as exc:
-                if sub is None:
+        try:
+            while not stop.is_set():
+                try:
+                    if puller is None:
+                        puller = await open_puller(
+                            self.js, self.nc, stream, filter_subject, config, batch, PULL_EXPIRES_S
+                        )
+                    fetched_at = loop.time()
+                    msgs = await puller.take(batch, timeout_s=1.0)
+                    delay = 0.1
+                except TimeoutError as exc:
                     # The consumer lookup or creation timed out: a server slow under load (it
                     # may yet create it; the next try finds it). Once the task's silent end.
                     log.warning("consumer_subscribe_retry", durable=durable, error=describe(exc))
-                continue  # nothing arrived (or a pull request was lost to a reconnect)
-            except nats.js.errors.BadRequestError:
-                raise  # our consumer config is wrong: a retry cannot fix it
-            except (OSError, nats.errors.Error) as exc:
-                # The consumer does not answer: the server is shutting down (JetStream stops
-                # before the client connections close, so a pull meets "no responders"),
-                # restarting, or lost the consumer. Never give up: a consumer loop that dies
-                # stops the whole flow while everything else looks healthy. Subscribe afresh,
-                # which creates the consumer again if it is gone.
-                log.warning("consumer_retry", durable=durable, error=describe(exc))
-                if sub is not None:
-                    with contextlib.suppress(Exception):
-                        await sub.unsubscribe()
-                    sub = None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            try:
-                await handler(msgs)
-            except Exception:
-                log.exception("message_handler_failed", subject=msgs[0].subject, count=len(msgs))
-            if linger_s > 0 and len(msgs) < batch:
-                rest = fetched_at + linger_s - loop.time()
-                if rest > 0:
-                    await asyncio.sleep(rest)
+                    continue
+                except nats.js.errors.BadRequestError:
+                    raise  # our consumer config is wrong: a retry cannot fix it
+                except (OSError, nats.errors.Error) as exc:
+                    # The consumer does not answer: the server is shutting down (a pull meets
+                    # "no responders"), restarting, or lost the consumer. Never give up (a dead
+                    # loop stops the flow unseen): subscribe afresh, recreating the consumer.
+                    log.warning("consumer_retry", durable=durable, error=describe(exc))
+                    if puller is not None:
+                        with contextlib.suppress(Exception):
+                            await puller.stop()
+                        puller = None
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                if not msgs:
+                    continue  # nothing arrived
+                try:
+                    await handler(msgs)
+                except Exception:
+                    log.exception(
+                        "message_handler_failed", subject=msgs[0].subject, count=len(msgs)
+                    )
+                if linger_s > 0 and len(msgs) < batch:
+                    rest = fetched_at + linger_s - loop.time()
+                    if rest > 0:
+                        await asyncio.sleep(rest)
+        finally:
+            if puller is not None:
+                with contextlib.suppress(Exception):
+                    await puller.stop()
 
     async def _watch_credentials(self, path: str, every_s: float) -> None:
         """Reconnect when the creds file is replaced (renewed before it expires).
