@@ -80,12 +80,12 @@ class Puller:
                 self._gone = False
                 raise ConsumerGone("no responders for the pull request")
             now = loop.time()
-            if now >= until:
-                return []
             if self._open and now > self._deadline:
                 self._open = ""  # lost (a reconnect drops a waiting request): ask again
             if not self._open:
                 await self._request(now)
+            if now >= until:
+                return []
             self._wake.clear()
             if self._arrived or self._gone:
                 continue
@@ -106,11 +106,13 @@ class Puller:
         headers = msg.headers
         status = headers.get("Status") if headers and not msg.data else None
         if status is None:
+            # A message keeps its stream subject: which request it answers does not show. Each
+            # counts against the open one (one of a request given up only makes the next come
+            # sooner); a filled request gets no status, so the count is what closes it.
             self._arrived.append(msg)
-            if msg.subject == self._open:
-                self._left -= 1
-                if self._left <= 0:
-                    self._open = ""
+            self._left -= 1
+            if self._left <= 0:
+                self._open = ""
             self._wake.set()
             return
         if status == _HEARTBEAT or msg.subject != self._open:
