@@ -187,6 +187,18 @@ def quantiles(values: list[float]) -> dict[str, float] | None:
     }
 
 
+def timeline(times: list[float], start: float) -> dict[str, float] | None:
+    """Seconds from `start` to the first, median and last of `times`."""
+    if not times:
+        return None
+    ordered = sorted(times)
+    return {
+        "first": round(ordered[0] - start, 2),
+        "p50": round(ordered[len(ordered) // 2] - start, 2),
+        "last": round(ordered[-1] - start, 2),
+    }
+
+
 def cpu_figures(
     before: dict[str, float], after: dict[str, float], spokes: list[str]
 ) -> dict[str, Any]:
@@ -264,6 +276,12 @@ async def bulk(bus: Bus, watcher: Watcher, probe: Probe, n: int, settle_s: float
     await watcher.wait_for(ids, settle_s)
     cpu_after = probe.sample()
     ran = [watcher.running_at[w] for w in ids if w in watcher.running_at]
+    placed = [watcher.placed_at[w] for w in ids if w in watcher.placed_at]
+    spoke_ms = sorted(
+        (watcher.running_at[w] - watcher.placed_at[w]) * 1000
+        for w in ids
+        if w in watcher.running_at and w in watcher.placed_at
+    )
     return {
         "bulk": n,
         "accepted": len(ids),
@@ -271,6 +289,11 @@ async def bulk(bus: Bus, watcher: Watcher, probe: Probe, n: int, settle_s: float
         "running": len(ran),
         "submit_s": round(submitted_s, 2),
         "all_running_s": round(max(ran) - start, 2) if len(ran) == len(ids) and ran else None,
+        # Where the time went: seconds from the first submission to the first, middle and
+        # last Place on the command stream (the hub's pace) and RUNNING (the spokes').
+        "place_s": timeline(placed, start),
+        "running_s": timeline(ran, start),
+        "place_to_running_ms": quantiles(spoke_ms),
         **cpu_figures(
             cpu_before, cpu_after, [watcher.spoke_of[w] for w in ids if w in watcher.running_at]
         ),

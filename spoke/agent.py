@@ -352,6 +352,9 @@ class SpokeAgent:
     # --- commands ---
 
     async def _on_command_msg(self, msg: Msg) -> None:
+        seq: int | None = None
+        with contextlib.suppress(AttributeError, ValueError):
+            seq = msg.metadata.sequence.stream
         try:
             command = parse_command(msg.data)
         except ValidationError as exc:
@@ -368,17 +371,18 @@ class SpokeAgent:
             log.info("duplicate_decision", decision=command.decision_id)
         elif isinstance(command, PlaceCommand):
             self.fence.saw_term(command.term)
-            await self._place(command)
+            await self._place(command, seq)
         else:
             self.fence.saw_term(command.term)
             self._stop(command)
         self._remember(command.decision_id)
-        with contextlib.suppress(AttributeError, ValueError):
-            self.journal.applied(msg.metadata.sequence.stream)
-        self.journal.flush()
+        if seq is not None and seq > self.journal.state.applied_seq:
+            self.journal.applied(seq)
+            self.journal.flush()
+        # (else a started Place noted it with its placement, on disk before its process)
         await msg.ack()
 
-    async def _place(self, command: PlaceCommand) -> None:
+    async def _place(self, command: PlaceCommand, seq: int | None = None) -> None:
         wid = command.workload_id
         known = self._epochs.get(wid, -1)
         if command.epoch <= known:
@@ -408,8 +412,10 @@ class SpokeAgent:
             )
             return
         self.journal.placed(wid, command.epoch, command.assignments)
+        if seq is not None:
+            self.journal.applied(seq)  # with the placement: one write before the start
         self.fence.placed(wid, command.spec.fenced)
-        self.journal.flush()  # on disk before the process exists
+        self.journal.flush()  # on disk before the process exists (and before the ack)
         launch = Launch(wid, command.epoch, command.decision_id, command.spec, command.assignments)
         try:
             await self.runtime.start(launch)

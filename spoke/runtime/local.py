@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import structlog
 
@@ -24,6 +23,7 @@ from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay, free_port
 from spoke.runtime.processes import alive, end_reason, find_wrappers
 from spoke.runtime.runas import RunAs
+from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
 
 log = structlog.get_logger(__name__)
@@ -98,9 +98,13 @@ class LocalRuntime:
         # Where workloads may report their simulated GPU load (spoke.telemetry).
         self.load_dir = load_dir or log_dir.parent / "load"
         self._runs: dict[str, _Run] = {}
-        self._journal: TextIO | None = None  # runs.jsonl: one line per start and per end
+        self._journal = RunJournal(self.run_dir / "runs.jsonl")
         self._devnull: int | None = None  # every workload's stdin
         self._dirs_made = False
+        # Folder names as text: a start joins several paths, and pathlib's joins cost more.
+        self._log_prefix = f"{log_dir}{os.sep}"
+        self._run_prefix = f"{self.run_dir}{os.sep}"
+        self._load_prefix = f"{self.load_dir}{os.sep}"
 
     async def start(self, launch: Launch) -> None:
         current = self._runs.get(launch.workload_id)
@@ -117,21 +121,25 @@ class LocalRuntime:
         if self._devnull is None:
             # stdin, and stdout until the wrapper has opened the log
             self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        log_path = self.log_path(launch.workload_id, launch.epoch)
+        log_path = f"{self._log_prefix}{launch.workload_id}-e{launch.epoch}.log"
         if launch.spec.kind.exposes_port:
             run.port = free_port()
-        cwd = launch.spec.working_dir or self._workspace(launch)
+        # A workspace the spoke has just made needs no check that it exists and may be entered.
+        cwd, check_cwd = launch.spec.working_dir, True
+        if cwd is None:
+            cwd, check_cwd = self._workspace(launch), False
         # Recorded before the first process exists: a spoke killed between the spawn and the
         # pids' record still finds its processes on restart (by their exit files' paths).
-        self._record_start(run)
+        self._journal.start(launch, run.port)
+        inherited = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
         try:
             for rank in range(len(launch.assignments)):
-                env = _environment(launch, rank)
-                env["GPUFED_LOAD_FILE"] = str(self.load_dir / f"{launch.workload_id}.load")
+                env = _environment(launch, rank, inherited)
+                env["GPUFED_LOAD_FILE"] = f"{self._load_prefix}{launch.workload_id}.load"
                 options = self._as_user(env, launch, rank)
                 if run.port is not None and rank == 0:
                     env["GPUFED_HOST"], env["GPUFED_PORT"] = "127.0.0.1", str(run.port)
-                exit_file = str(self._exit_file(launch, rank))
+                exit_file = self._exit_path(launch, rank)
                 command = launch.spec.command
                 proc: Child | asyncio.subprocess.Process
                 if options:  # another user's identity: Popen can setuid, posix_spawn not
@@ -140,16 +148,17 @@ class LocalRuntime:
                         argv = ["/bin/sh", "-c", _WRAPPER, exit_file, *command]
                         proc = await spawn_as(argv, env, out.fileno(), cwd, options)
                 else:
-                    argv = ["/bin/sh", "-c", _WRAPPER_LOGGED, exit_file, str(log_path), cwd]
+                    argv = ["/bin/sh", "-c", _WRAPPER_LOGGED, exit_file, log_path, cwd]
                     argv += command
-                    proc = spawn(argv, env, self._devnull, self._devnull, cwd)
+                    checked = cwd if check_cwd else None
+                    proc = spawn(argv, env, self._devnull, self._devnull, checked)
                 run.procs.append(proc)  # its pid is in process_ended
         except OSError as exc:
             # The command cannot run (not found, not executable, bad working dir): the
             # workload fails like a shell's 127, it is not the spoke's fault.
             self._kill(run, signal.SIGKILL)
             del self._runs[launch.workload_id]
-            self._record_end(run)
+            self._end(run)
             await self._sink(
                 RuntimeEvent(
                     launch.workload_id,
@@ -162,7 +171,7 @@ class LocalRuntime:
             )
             return
         run.pids = [p.pid for p in run.procs]
-        self._append({"t": "pids", "w": launch.workload_id, "e": launch.epoch, "pids": run.pids})
+        self._journal.pids(launch, run.pids)
         endpoint = await self._expose(run)
         await self._sink(
             RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING, endpoint=endpoint)
@@ -226,11 +235,8 @@ class LocalRuntime:
             log.warning("relay_port_taken", workload=run.launch.workload_id, error=str(exc))
             run.public_port = await relay.start(0)
         run.relay = relay
-        launch = run.launch
-        self._append(
-            {"t": "port", "w": launch.workload_id, "e": launch.epoch, "pub": run.public_port}
-        )
-        return self.endpoint(launch.workload_id)
+        self._journal.port(run.launch, run.public_port)
+        return self.endpoint(run.launch.workload_id)
 
     async def close(self) -> None:
         """Stop watching; the processes run on and a restarted spoke re-adopts them."""
@@ -248,9 +254,7 @@ class LocalRuntime:
         if self._devnull is not None:
             os.close(self._devnull)
             self._devnull = None
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
+        self._journal.close()
 
     def log_path(self, workload_id: str, epoch: int) -> Path:
         return self.log_dir / f"{workload_id}-e{epoch}.log"
@@ -293,7 +297,7 @@ class LocalRuntime:
         self._runs.pop(launch.workload_id, None)
         if run.relay is not None:
             await run.relay.close()
-        self._record_end(run)
+        self._end(run)
         if run.stop_phase is not None:
             phase, reason = run.stop_phase, reason or run.stop_reason
         elif exit_code == 0 and not reason:
@@ -301,7 +305,7 @@ class LocalRuntime:
         else:
             phase = EventPhase.FAILED
             reason = reason or end_reason(exit_code)
-        log_path = self.log_path(launch.workload_id, launch.epoch)
+        log_path = f"{self._log_prefix}{launch.workload_id}-e{launch.epoch}.log"
         log.info(  # the one line per workload
             "process_ended",
             workload=launch.workload_id,
@@ -327,6 +331,10 @@ class LocalRuntime:
 
     async def _wait_children(self, run: _Run) -> tuple[int | None, str]:
         limit = run.launch.spec.max_runtime_s
+        if limit is None and len(run.procs) == 1:
+            # The common case, without a task per process and a wait over them: one process
+            # and no time limit ends the run when it ends (nothing else of it to stop).
+            return await run.procs[0].wait(), ""
         loop = asyncio.get_running_loop()
         waits = [asyncio.create_task(p.wait()) for p in run.procs]
         exit_code: int | None = None
@@ -375,11 +383,17 @@ class LocalRuntime:
                 os.killpg(pid, sig)  # each process leads its own session and group
 
     def _workspace(self, launch: Launch) -> str:
-        path = self.work_dir / launch.workload_id
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = f"{self.work_dir}{os.sep}{launch.workload_id}"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # a workload started again keeps its folder
+        except FileNotFoundError:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            os.mkdir(path, 0o700)
         if self.run_as is not None:
-            self.run_as.give(path)
-        return str(path)
+            self.run_as.give(Path(path))
+        return path
 
     def _as_user(self, env: dict[str, str], launch: Launch, rank: int) -> dict[str, Any]:
         """With `run_as`: its identity in `env`, the files its wrapper and telemetry write
@@ -393,91 +407,41 @@ class LocalRuntime:
         return self.run_as.spawn_options()
 
     def _exit_file(self, launch: Launch, rank: int) -> Path:
-        return self.run_dir / f"{launch.workload_id}-e{launch.epoch}-r{rank}.exit"
+        return Path(self._exit_path(launch, rank))
+
+    def _exit_path(self, launch: Launch, rank: int) -> str:
+        return f"{self._run_prefix}{launch.workload_id}-e{launch.epoch}-r{rank}.exit"
 
     @property
     def journal_path(self) -> Path:
-        return self.run_dir / "runs.jsonl"
+        return self._journal.path
 
-    def _append(self, record: dict[str, Any]) -> None:
-        self._write(json.dumps(record, separators=(",", ":")) + "\n")
-
-    def _write(self, line: str) -> None:
-        # One open append handle and one write per start or end: files are slow to open here.
-        if self._journal is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._journal = open(self.journal_path, "a", encoding="utf-8")  # noqa: SIM115
-        self._journal.write(line)
-        self._journal.flush()
-
-    def _record_start(self, run: _Run) -> None:
+    def _end(self, run: _Run) -> None:
         launch = run.launch
-        # Spec and assignments serialised by pydantic straight to JSON text: this line is
-        # written for every start, and a dict round trip through json.dumps costs more.
-        head = json.dumps(
-            {
-                "t": "start",
-                "workload_id": launch.workload_id,
-                "epoch": launch.epoch,
-                "decision_id": launch.decision_id,
-                "pids": run.pids,
-                "port": run.port,
-            },
-            separators=(",", ":"),
-        )
-        assignments = ",".join(a.model_dump_json() for a in launch.assignments)
-        spec = launch.spec.model_dump_json()
-        self._write(f'{head[:-1]},"spec":{spec},"assignments":[{assignments}]}}\n')
-
-    def _record_end(self, run: _Run) -> None:
-        launch = run.launch
-        self._append({"t": "end", "w": launch.workload_id, "e": launch.epoch})
+        self._journal.end(launch)
         for rank in range(len(launch.assignments)):
-            self._exit_file(launch, rank).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._exit_path(launch, rank))
 
     def _replay_journal(self) -> list[_Run]:
-        """Runs started and not ended, from runs.jsonl; rewrites it to just those."""
-        open_runs: dict[tuple[str, int], dict[str, Any]] = {}
-        if self.journal_path.exists():
-            for number, line in enumerate(self.journal_path.read_text().splitlines(), 1):
-                try:
-                    record = json.loads(line)
-                    if record["t"] == "start":
-                        open_runs[(record["workload_id"], int(record["epoch"]))] = record
-                    elif record["t"] in ("pids", "port"):
-                        started = open_runs.get((record["w"], int(record["e"])))
-                        if started is not None and record["t"] == "pids":
-                            started["pids"] = record["pids"]
-                        elif started is not None:
-                            started["pub"] = record["pub"]
-                    else:
-                        open_runs.pop((record["w"], int(record["e"])), None)
-                except (ValueError, KeyError, TypeError) as exc:  # a torn last line
-                    log.warning("run_journal_line_skipped", line=number, error=str(exc))
+        """Runs started and not ended, from runs.jsonl (which is rewritten to just those)."""
         runs = []
-        for record in open_runs.values():
+        for record in self._journal.replay():
             try:
                 run = _run_from_file(record)
                 if not run.pids:  # killed between spawn and the pids' record: look them up
                     run.pids = find_wrappers(
-                        [
-                            str(self._exit_file(run.launch, r))
-                            for r in range(len(run.launch.assignments))
-                        ]
+                        [self._exit_path(run.launch, r) for r in range(len(run.launch.assignments))]
                     )
                 runs.append(run)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("run_record_unreadable", error=str(exc))
-        if self.journal_path.exists():
-            tmp = self.journal_path.with_suffix(".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in open_runs.values()))
-            os.replace(tmp, self.journal_path)
         return runs
 
 
-def _environment(launch: Launch, rank: int) -> dict[str, str]:
+def _environment(launch: Launch, rank: int, inherited: dict[str, str]) -> dict[str, str]:
     assignment = launch.assignments[rank]
-    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+    env = dict(inherited)
     env.update(launch.spec.env)
     env.update(
         {

@@ -1,0 +1,107 @@
+"""The local runtime's record of what it started (runs.jsonl), for a restarted spoke.
+
+One line per start (written, and handed to the OS, before the first process exists), one with
+the pids once they exist, one with a relay's port, one per end. A restarted spoke replays it to
+find the runs that were started and not ended, and rewrites it to just those.
+
+Only the start and the end lines are flushed as they are written: the start because a spoke
+killed right after the spawn must still find its processes (it looks them up by their exit
+files' paths in /proc when the pids line is missing), the end because the exit files it
+guards are removed right after it. The pids and port lines ride along with the next flush.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from spoke.ports import Launch
+
+log = structlog.get_logger(__name__)
+
+
+class RunJournal:
+    """Append-only runs.jsonl of one local runtime (one open handle, lines buffered)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: TextIO | None = None
+
+    def start(self, launch: Launch, port: int | None) -> None:
+        """The start of `launch` (flushed: before any of its processes exists)."""
+        # Spec and assignments serialised by pydantic straight to JSON text: this line is
+        # written for every start, and a dict round trip through json.dumps costs more.
+        head = json.dumps(
+            {
+                "t": "start",
+                "workload_id": launch.workload_id,
+                "epoch": launch.epoch,
+                "decision_id": launch.decision_id,
+                "pids": [],
+                "port": port,
+            },
+            separators=(",", ":"),
+        )
+        assignments = ",".join(a.model_dump_json() for a in launch.assignments)
+        spec = launch.spec.model_dump_json()
+        self._write(f'{head[:-1]},"spec":{spec},"assignments":[{assignments}]}}\n', flush=True)
+
+    def pids(self, launch: Launch, pids: list[int]) -> None:
+        """Its processes' pids (buffered: /proc finds them by their exit files if lost)."""
+        w, e = json.dumps(launch.workload_id), launch.epoch
+        self._write(f'{{"t":"pids","w":{w},"e":{e},"pids":{json.dumps(pids)}}}\n', flush=False)
+
+    def port(self, launch: Launch, public_port: int | None) -> None:
+        """Where its relay listens (buffered: a lost one means a new port on adoption)."""
+        w, e, pub = json.dumps(launch.workload_id), launch.epoch, json.dumps(public_port)
+        self._write(f'{{"t":"port","w":{w},"e":{e},"pub":{pub}}}\n', flush=False)
+
+    def end(self, launch: Launch) -> None:
+        """Its end (flushed: its exit files are removed next)."""
+        w, e = json.dumps(launch.workload_id), launch.epoch
+        self._write(f'{{"t":"end","w":{w},"e":{e}}}\n', flush=True)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def replay(self) -> list[dict[str, Any]]:
+        """The start records (with their pids and port) of runs started and not ended; the
+        file is rewritten to just those."""
+        self.close()
+        open_runs: dict[tuple[str, int], dict[str, Any]] = {}
+        if not self.path.exists():
+            return []
+        for number, line in enumerate(self.path.read_text().splitlines(), 1):
+            try:
+                record = json.loads(line)
+                if record["t"] == "start":
+                    open_runs[(record["workload_id"], int(record["epoch"]))] = record
+                elif record["t"] in ("pids", "port"):
+                    started = open_runs.get((record["w"], int(record["e"])))
+                    if started is not None and record["t"] == "pids":
+                        started["pids"] = record["pids"]
+                    elif started is not None:
+                        started["pub"] = record["pub"]
+                else:
+                    open_runs.pop((record["w"], int(record["e"])), None)
+            except (ValueError, KeyError, TypeError) as exc:  # a torn last line
+                log.warning("run_journal_line_skipped", line=number, error=str(exc))
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in open_runs.values()))
+        os.replace(tmp, self.path)
+        return list(open_runs.values())
+
+    def _write(self, line: str, *, flush: bool) -> None:
+        # One open append handle: files are slow to open here.
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file.write(line)
+        if flush:
+            self._file.flush()
