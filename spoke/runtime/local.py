@@ -105,6 +105,8 @@ class LocalRuntime:
         self._log_prefix = f"{log_dir}{os.sep}"
         self._run_prefix = f"{self.run_dir}{os.sep}"
         self._load_prefix = f"{self.load_dir}{os.sep}"
+        # Read once: os.environ decodes each variable on every read.
+        self._inherited = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
 
     async def start(self, launch: Launch) -> None:
         current = self._runs.get(launch.workload_id)
@@ -131,10 +133,9 @@ class LocalRuntime:
         # Recorded before the first process exists: a spoke killed between the spawn and the
         # pids' record still finds its processes on restart (by their exit files' paths).
         self._journal.start(launch, run.port)
-        inherited = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
         try:
             for rank in range(len(launch.assignments)):
-                env = _environment(launch, rank, inherited)
+                env = _environment(launch, rank, self._inherited)
                 env["GPUFED_LOAD_FILE"] = f"{self._load_prefix}{launch.workload_id}.load"
                 options = self._as_user(env, launch, rank)
                 if run.port is not None and rank == 0:
