@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 import structlog
+from nats.aio.msg import Msg
 
 from bus.client import Bus
 from spoke.journal import Journal
@@ -14,6 +16,10 @@ log = structlog.get_logger(__name__)
 
 #: Most events published together (pipelined: all sent, then all acks awaited).
 OUTBOX_BATCH = 256
+#: First and longest wait before a batch's unacknowledged events are published again.
+RETRY_FIRST_S, RETRY_MAX_S = 0.05, 2.0
+#: Wait before a batch the server refused (a 4xx: the message itself) is tried again.
+REFUSED_RETRY_S = 5.0
 
 #: (event id, JSON) of each event owed to the hub, in the order they happened.
 Outbox = asyncio.Queue[tuple[str, bytes]]
@@ -23,28 +29,110 @@ async def publish_outbox(bus: Bus, journal: Journal, outbox: Outbox, subject: st
     """Publish `outbox`'s events to `subject` for ever; never ends on an error.
 
     One publisher keeps events in order. What has queued up goes out together: every publish
-    of a batch is written before any ack is awaited (pipelined), each is retried under its own
-    Nats-Msg-Id until JetStream has it, and the journal notes them delivered once all are acked.
-    A loop that died would leave the hub deaf to this spoke while everything looked healthy: a
-    batch the server refuses is retried slowly (the same ids: nothing is stored twice).
+    of a batch is written before any ack is awaited (pipelined), those not acked in time (or
+    refused) are published again under the same Nats-Msg-Id until JetStream has them, and the
+    journal notes them delivered once all are. A loop that died would leave the hub deaf to
+    this spoke while everything looked healthy: a batch the server refuses is retried slowly
+    (the same ids: nothing is stored twice).
     """
+    acks = _Acks(bus, subject)
     while True:
         batch = [await outbox.get()]
         while len(batch) < OUTBOX_BATCH and not outbox.empty():
             batch.append(outbox.get_nowait())
         journal.flush()  # what the hub hears of is on disk first
-        while True:
+        owed, delay = batch, RETRY_FIRST_S
+        while owed:
             try:
-                await asyncio.gather(
-                    *(bus.publish_durable(subject, payload, eid) for eid, payload in batch)
-                )
-                break
-            except Exception as exc:  # a refusal: retried slowly, the order kept
-                log.error("event_publish_refused", events=len(batch), error=str(exc))
-                await asyncio.sleep(5.0)
+                owed, refused = await acks.publish(owed, bus.settings.publish_timeout_s)
+            except Exception as exc:  # not connected, closed, a full buffer: all again
+                log.warning("event_publish_retry", events=len(owed), error=str(exc) or repr(exc))
+                refused = ""
+            else:
+                if not owed:
+                    break
+                log.warning("event_publish_retry", events=len(owed), error=refused or "timeout")
+            if refused.startswith("400"):  # the server refuses these messages themselves
+                log.error("event_publish_refused", events=len(owed), error=refused)
+                await asyncio.sleep(REFUSED_RETRY_S)
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
         for event_id, _ in batch:
             journal.delivered(event_id)
             outbox.task_done()
+
+
+class _Acks:
+    """Pipelined JetStream publishes to one subject, their acks on one inbox subscription.
+
+    Leaner per event than a request each (`Bus.publish_durable`): no future, timer or task
+    per publish, a counter for reply tokens, one wait for a whole batch.
+    """
+
+    def __init__(self, bus: Bus, subject: str) -> None:
+        self._bus = bus
+        self._subject = subject
+        self._prefix = ""
+        self._nc: object = None  # the client that holds the inbox subscription
+        self._count = 0
+        self._waiting: dict[str, tuple[str, bytes]] = {}  # reply token -> (event id, JSON)
+        self._refused: list[tuple[str, bytes]] = []
+        self._error = ""
+        self._all_in = asyncio.Event()
+
+    async def publish(
+        self, events: list[tuple[str, bytes]], timeout_s: float
+    ) -> tuple[list[tuple[str, bytes]], str]:
+        """Publish `events`; those not stored within `timeout_s` (in order) and the last
+        error the server gave ("" if none)."""
+        nc = self._bus.nc
+        if nc is not self._nc:  # (a bus connected afresh is a new client)
+            prefix = nc.new_inbox()
+            await nc.subscribe(f"{prefix}.*", cb=self._on_ack)
+            self._prefix, self._nc = prefix, nc
+        # Every token is noted before the first publish: acks come in while later ones go out.
+        first = self._count + 1
+        self._count += len(events)
+        waiting = {str(first + i): event for i, event in enumerate(events)}
+        self._waiting, self._refused, self._error = waiting, [], ""
+        self._all_in.clear()
+        for token, (event_id, payload) in waiting.copy().items():
+            await nc.publish(
+                self._subject,
+                payload,
+                reply=f"{self._prefix}.{token}",
+                headers={"Nats-Msg-Id": event_id},
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_in.wait(), timeout_s)
+        self._waiting = {}
+        owed = {id(e) for e in waiting.values()} | {id(e) for e in self._refused}
+        return [e for e in events if id(e) in owed], self._error
+
+    async def _on_ack(self, msg: Msg) -> None:
+        event = self._waiting.pop(msg.subject.rpartition(".")[2], None)
+        if event is None:
+            return  # the ack of a batch given up on (its event was published again)
+        error = _error_of(msg)
+        if error:
+            self._refused.append(event)
+            self._error = error
+        if not self._waiting:
+            self._all_in.set()
+
+
+def _error_of(msg: Msg) -> str:
+    """ "" for a stored (or duplicate) message's ack; else the server's code and why."""
+    if msg.headers and msg.headers.get("Status"):  # no responders: no stream (yet)
+        return f"{msg.headers['Status']} {msg.headers.get('Description', 'no responders')}"
+    if b'"error"' not in msg.data:
+        return ""
+    try:
+        error = json.loads(msg.data)["error"]
+        return f"{error.get('code', '')} {error.get('description', '')}".strip()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "unreadable ack"
 
 
 async def drain(outbox: Outbox, within_s: float) -> None:
