@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -199,6 +200,26 @@ def timeline(times: list[float], start: float) -> dict[str, float] | None:
     }
 
 
+def waves(times: list[float], gap_s: float = 0.01) -> dict[str, float] | None:
+    """Places come in waves, one per hub cycle that placed anything: how many, how many
+    Places each (median), and the median time from one wave's start to the next's."""
+    if not times:
+        return None
+    ordered = sorted(times)
+    starts, sizes = [ordered[0]], [1]
+    for before, t in itertools.pairwise(ordered):
+        if t - before > gap_s:
+            starts.append(t)
+            sizes.append(0)
+        sizes[-1] += 1
+    gaps = [(b - a) * 1000 for a, b in itertools.pairwise(starts)]
+    return {
+        "count": len(starts),
+        "median_size": statistics.median(sizes),
+        "median_interval_ms": round(statistics.median(gaps), 1) if gaps else 0.0,
+    }
+
+
 def cpu_figures(
     before: dict[str, float], after: dict[str, float], spokes: list[str]
 ) -> dict[str, Any]:
@@ -294,6 +315,7 @@ async def bulk(bus: Bus, watcher: Watcher, probe: Probe, n: int, settle_s: float
         "place_s": timeline(placed, start),
         "running_s": timeline(ran, start),
         "place_to_running_ms": quantiles(spoke_ms),
+        "place_waves": waves(placed),
         **cpu_figures(
             cpu_before, cpu_after, [watcher.spoke_of[w] for w in ids if w in watcher.running_at]
         ),
