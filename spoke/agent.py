@@ -376,10 +376,9 @@ class SpokeAgent:
             self.fence.saw_term(command.term)
             self._stop(command)
         self._remember(command.decision_id)
-        if seq is not None and seq > self.journal.state.applied_seq:
-            self.journal.applied(seq)
+        if seq is not None and seq > self.journal.state.applied_seq:  # (a started Place's
+            self.journal.applied(seq)  # is noted with it, on disk before its process)
             self.journal.flush()
-        # (else a started Place noted it with its placement, on disk before its process)
         await msg.ack()
 
     async def _place(self, command: PlaceCommand, seq: int | None = None) -> None:
@@ -448,8 +447,6 @@ class SpokeAgent:
         self._seen[decision_id] = None
         while len(self._seen) > SEEN_DECISIONS:
             self._seen.popitem(last=False)
-
-    # --- logs ---
 
     # --- events ---
 
