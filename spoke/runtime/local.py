@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,9 @@ INHERITED_ENV = (
 )  # fmt: skip
 #: How often adopted processes (not our children) are checked.
 ADOPTED_POLL_S = 0.5
+#: Longest a run of starts holds the event loop before the rest of the spoke gets a turn (to
+#: reap exits and publish events): a batch of 64 Places held it ~0.1 s on a busy machine.
+START_TURN_S = 0.01
 
 
 @dataclass
@@ -101,6 +105,7 @@ class LocalRuntime:
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
         self._devnull: int | None = None  # every workload's stdin
         self._dirs_made = False
+        self._turn_at = 0.0  # when a start last let the event loop run the rest of the spoke
         # Folder names as text: a start joins several paths, and pathlib's joins cost more.
         self._log_prefix = f"{log_dir}{os.sep}"
         self._run_prefix = f"{self.run_dir}{os.sep}"
@@ -178,6 +183,9 @@ class LocalRuntime:
             RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING, endpoint=endpoint)
         )
         run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{launch.workload_id}")
+        if time.monotonic() - self._turn_at > START_TURN_S:
+            await asyncio.sleep(0)
+            self._turn_at = time.monotonic()
 
     async def stop(self, workload_id: str, grace_s: float, phase: EventPhase) -> None:
         run = self._runs.get(workload_id)
