@@ -68,6 +68,7 @@ class NullBus:
         self.seq = 0
 
     async def publish_durable(self, subject: str, payload: bytes, msg_id: str) -> Ack:
+        await asyncio.sleep(0)  # a real publish gives the loop a turn
         self.seq += 1
         return Ack(self.seq)
 

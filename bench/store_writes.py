@@ -41,26 +41,13 @@ from hub.store import Store
 from hub.submissions import Submissions
 from schemas import Assignment, WorkloadSpec
 
+sys.path.insert(0, str(Path(__file__).parent))
+# The same stand-in bus as the cycle's bench.
+from hub_cycle import NullBus
+
 SPEC = WorkloadSpec.model_validate(
     {"name": "bench", "team": "bench", "command": ["python", "train.py", "--epochs", "3"]}
 )
-
-
-class Ack:
-    def __init__(self, seq: int) -> None:
-        self.seq = seq
-
-
-class NullBus:
-    """Acks every durable publish with the next stream sequence."""
-
-    def __init__(self) -> None:
-        self.seq = 0
-
-    async def publish_durable(self, subject: str, payload: bytes, msg_id: str) -> Ack:
-        await asyncio.sleep(0)
-        self.seq += 1
-        return Ack(self.seq)
 
 
 class Counting:
