@@ -121,16 +121,16 @@ async def run_through(
                     created_at=now,
                 )
             )
-        await state.db(state.store.save, records, decisions)
+        await state.save(records, decisions)
     await publisher.publish(decisions)
     async with state.lock:
         for r in records:
             transitions.start(r, now)
-        await state.db(state.store.save, records)
+        await state.save(records)
     async with state.lock:
         for r in records:
             transitions.end(r, EndReason.SUCCEEDED, now, "exit 0", 0)
-        await state.db(state.store.save, records)
+        await state.save(records)
         for r in records:
             state.forget(r.id)
 

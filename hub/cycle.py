@@ -64,7 +64,7 @@ class Cycle:
             # The plan lists what it left out in the order it looked at them: the queue order.
             state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
             if changed or decisions:
-                await state.db(state.store.save, changed, decisions)
+                await state.save(changed, decisions)
             await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
         if result.placements:
             log.info("cycle_placed", placed=len(result.placements), pending=len(result.unplaced))

@@ -215,7 +215,7 @@ class Handlers(Intake):
                 elif self._apply_event(record, event):
                     changed[record.id] = record
             if changed:
-                await state.db(state.store.save, list(changed.values()))
+                await state.save(changed.values())
                 for record in changed.values():
                     if record.phase.terminal:
                         state.forget(record.id)

@@ -120,7 +120,7 @@ class IdleReaper:
                 stopped.append(w)
                 log.info("workload_idle_stop", workload=w.id, reason=stop.reason.value)
             if stopped:
-                await state.db(state.store.save, stopped, decisions)
+                await state.save(stopped, decisions)
         await self.publisher.publish(decisions)
         return [w.id for w in stopped]
 

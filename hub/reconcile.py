@@ -50,7 +50,7 @@ async def reconcile(state: HubState, request: SyncRequest) -> SyncReply:
                 _end_unreported(state, w, EndReason.LOST_ON_SPOKE, now, detail)
                 requeued.append(w)
         if requeued:
-            await state.db(state.store.save, requeued)
+            await state.save(requeued)
     state.counters["syncs"] += 1
     if stop or requeued:
         log.warning(
@@ -81,7 +81,7 @@ async def declare_lost(state: HubState, spoke: SpokeRecord, now: float) -> None:
                 continue
             _end_unreported(state, w, EndReason.SPOKE_LOST, now, detail)
             changed.append(w)
-        await state.db(state.store.save, changed)
+        await state.save(changed)
     log.warning("spoke_lost", spoke=spoke.id, workloads=len(changed))
     state.counters["spokes_lost"] += 1
     state.trigger()

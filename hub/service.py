@@ -327,7 +327,7 @@ class HubService(HubView):
                     term=self.state.term,
                 )
                 decisions.append(decision(command, live.spoke_id, now))
-            await self.db(self.store.save, [record], decisions)
+            await self.state.save([record], decisions)
         await self.publisher.publish(decisions)
         log.info("workload_cancel", workload=workload_id, phase=record.phase.value)
         return record

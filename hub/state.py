@@ -13,7 +13,7 @@ import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from hub.authstore import AuditEntry
 from hub.core.idle import Activity
@@ -95,21 +95,28 @@ class HubState:
         self.wakeup.set()
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking store call off the event loop, one at a time.
-
-        Saves (`store.save`) waiting together are committed in one transaction (see
-        `hub.dbworker`); each caller returns once its own rows are committed.
-        """
+        """Run a blocking store call off the event loop, one at a time (`save` for saves)."""
         # One thread: SQLite wants a single writer, and the event loop stays free.
         context = contextvars.copy_context()
-        if fn == getattr(self.store, "save", None):
-            merge = self._save_all
-            if merge is None or merge.store is not self.store:
-                merge = self._save_all = _SaveAll(self.store)
-            part = _save_part(*args, **kwargs)
-            save: Callable[[], Any] = functools.partial(context.run, self.store.save, *part)
-            return cast(T, await self._db_worker.call(save, merge, part))
         return await self._db_worker.call(functools.partial(context.run, fn, *args, **kwargs))
+
+    async def save(
+        self,
+        workloads: Iterable[WorkloadRecord] = (),
+        decisions: Iterable[DecisionRecord] = (),
+        audits: Iterable[AuditEntry] = (),
+    ) -> None:
+        """`store.save` on the store thread, after every store call made before it.
+
+        Saves waiting together are committed in one transaction (see `hub.dbworker`); each
+        caller returns once its own rows are committed.
+        """
+        merge = self._save_all
+        if merge is None or merge.store is not self.store:
+            merge = self._save_all = _SaveAll(self.store)
+        part = (list(workloads), list(decisions), list(audits))
+        save = functools.partial(contextvars.copy_context().run, self.store.save, *part)
+        await self._db_worker.call(save, merge, part)
 
     def forget(self, workload_id: str) -> None:
         """Drop a workload that reached a terminal phase from the in-memory view."""
@@ -119,14 +126,6 @@ class HubState:
 
 
 _SavePart = tuple[list[WorkloadRecord], list[DecisionRecord], list[AuditEntry]]
-
-
-def _save_part(
-    workloads: Iterable[WorkloadRecord] = (),
-    decisions: Iterable[DecisionRecord] = (),
-    audits: Iterable[AuditEntry] = (),
-) -> _SavePart:
-    return list(workloads), list(decisions), list(audits)
 
 
 @dataclass(eq=False)

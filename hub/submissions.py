@@ -102,7 +102,7 @@ class Submissions:
         try:
             # Saved without the lock: nothing else holds these new records yet, and a save
             # waiting beside the cycle's or the events' is committed in their transaction.
-            await self.state.db(self.state.store.save, records, (), audits)
+            await self.state.save(records, (), audits)
             async with self.state.lock:
                 for record in records:
                     self.state.workloads[record.id] = record
