@@ -71,24 +71,40 @@ class Intake:
     async def on_submit(self, msg: Msg) -> None:
         """`submit`: a WorkloadSpec in, a SubmitReply out.
 
-        The subscription hands over the next submission at once: one task takes what has
-        arrived, saves it in one transaction and answers each; what arrives meanwhile is taken
-        next, together (a group commit without a task per submission).
+        Submissions are taken together: while the cycle loop runs, each waits for the next
+        cycle, which takes all that arrived (`take_submits`), saves them in one transaction,
+        answers each and plans them. Without a cycle loop one task takes what has arrived,
+        and what arrives meanwhile is taken next, together.
         """
         self._submits.append(msg)
-        if self._submitter is None:
-            self._submitter = asyncio.create_task(self._take_submits(), name="hub-submits")
+        if self.state.paced:
+            self.state.trigger()
+        elif self._submitter is None:
+            self._submitter = asyncio.create_task(self._run_submitter(), name="hub-submits")
 
-    async def _take_submits(self) -> None:
+    async def take_submits(self) -> None:
+        """Take and answer the submissions that arrived since the last cycle (the cycle loop
+        calls this before it plans)."""
+        await self._take_submits()
+
+    def kick_submits(self) -> None:
+        """Take what waits for a cycle that will not come (the cycle loop stopped)."""
+        if self._submits and self._submitter is None:
+            self._submitter = asyncio.create_task(self._run_submitter(), name="hub-submits")
+
+    async def _run_submitter(self) -> None:
         try:
-            while self._submits:
-                msgs, self._submits = self._submits, []
-                try:
-                    await self.answer_submits(msgs)
-                except Exception:
-                    log.exception("submit_failed", count=len(msgs))
+            await self._take_submits()
         finally:
             self._submitter = None
+
+    async def _take_submits(self) -> None:
+        while self._submits:
+            msgs, self._submits = self._submits, []
+            try:
+                await self.answer_submits(msgs)
+            except Exception:
+                log.exception("submit_failed", count=len(msgs))
 
     async def answer_submits(self, msgs: Sequence[Msg]) -> None:
         """Take submissions (each a WorkloadSpec) and answer each."""

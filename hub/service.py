@@ -275,7 +275,8 @@ class HubService(HubView):
         `max_queued` workloads queued. `audit`: the entry that records it, saved with it."""
         await self._refuse_on_standby()
         record = self.submissions.new_record(spec, self.submissions.queued_counts(), user)
-        await self.submissions.commit([record], [audit(record)] if audit is not None else [])
+        audits = [audit(record)] if audit is not None else []
+        await self.submissions.commit([record], audits, alone=True)
         return record
 
     async def submit_many(
@@ -339,6 +340,15 @@ class HubService(HubView):
         self.state.trigger()
 
     async def _cycle_loop(self, stop: asyncio.Event) -> None:
+        self.state.paced = True
+        try:
+            await self._cycles(stop)
+        finally:
+            self.state.paced = False
+            self.handlers.kick_submits()
+            self.submissions.start()
+
+    async def _cycles(self, stop: asyncio.Event) -> None:
         wakeup = self.state.wakeup
         loop = asyncio.get_running_loop()
         earliest = 0.0
@@ -355,6 +365,9 @@ class HubService(HubView):
             wakeup.clear()
             started, cpu = loop.time(), time.thread_time()
             try:
+                # Submissions since the last cycle, saved together and answered: planned now.
+                await self.handlers.take_submits()
+                await self.submissions.flush()
                 await self.check_leases()
                 await self.reaper.reap()
                 await self.run_cycle()

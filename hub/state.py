@@ -70,6 +70,9 @@ class HubState:
     claims: set[str] = field(default_factory=set)
     # The leadership term this hub leads under (hub.leadership); 0 while it stands by.
     term: int = 0
+    # True while the cycle loop runs: a lone submission waits for the next cycle, which saves
+    # every one that waits in one transaction before it plans (hub.submissions, hub.intake).
+    paced: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _db_worker: DbWorker = field(default_factory=DbWorker)

@@ -70,23 +70,38 @@ class Submissions:
         return record
 
     async def commit(
-        self, records: list[WorkloadRecord], audits: Sequence[AuditEntry] = ()
+        self, records: list[WorkloadRecord], audits: Sequence[AuditEntry] = (), alone: bool = False
     ) -> None:
         """Save new workloads (and the audit entries of their submission), then take them on
         (group commit).
 
         Submissions that arrive while a save is under way wait and are saved together in the
-        next transaction: under load one commit serves many submissions. Returns once
-        `records` are durable; raises what the store raised.
+        next transaction: under load one commit serves many submissions. A lone one (`alone`)
+        waits, while the cycle loop runs, for its next cycle, which saves all that wait
+        (`flush`). Returns once `records` are durable; raises what the store raised.
         """
         if not records:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((records, list(audits), done))
-        if self._committer is None or self._committer.done():
-            # Its own task: a submitter that goes away must not cancel the others' save.
-            self._committer = asyncio.create_task(self._commit_queued(), name="hub-commit")
+        if alone and self.state.paced:
+            self.state.trigger()
+        else:
+            self.start()
         await done
+
+    async def flush(self) -> None:
+        """Save what waits, and return once it is saved (the cycle loop calls this before it
+        plans)."""
+        self.start()
+        if self._committer is not None:
+            await asyncio.shield(self._committer)
+
+    def start(self) -> None:
+        """Save what waits, in a task of its own unless one runs: a submitter that goes away
+        must not cancel the others' save."""
+        if self._waiting and (self._committer is None or self._committer.done()):
+            self._committer = asyncio.create_task(self._commit_queued(), name="hub-commit")
 
     async def _commit_queued(self) -> None:
         while self._waiting:
