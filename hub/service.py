@@ -68,8 +68,9 @@ POLICY_KEY = "policy"
 CYCLE_COST_WEIGHT = 0.3
 #: Least time between two fetches of events while they keep coming (`Bus.consume_batches`):
 #: at 400 workloads a second a fetch, a transaction and a cycle trigger served one or two
-#: events each. An end waits at most this much longer to free its devices.
-EVENTS_LINGER_S = 0.01
+#: events each. About one cycle interval: an end waits at most this much longer to free its
+#: devices, and a batch's transaction serves about a cycle's worth of events.
+EVENTS_LINGER_S = 0.025
 
 
 class HubService(HubView):
