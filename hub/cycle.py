@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import structlog
 
 from hub import transitions
+from hub.authstore import AuditEntry
 from hub.core.fleet import SnapshotBuilder
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.ordering import served
@@ -14,6 +17,7 @@ from hub.leases import Leases
 from hub.publishing import Publisher, decision
 from hub.records import DecisionRecord, WorkloadRecord
 from hub.state import HubState
+from hub.submissions import Taken
 from schemas import Phase, PlaceCommand, PreemptCommand
 
 log = structlog.get_logger(__name__)
@@ -45,31 +49,64 @@ class Cycle:
         self._cache: dict[str, _Cached] = {}
         self._seqs: dict[str, tuple[object, int, int | None]] = {}
 
-    async def run(self) -> Plan:
-        """One cycle: place what fits, preempt what must make room, publish demand."""
+    async def run(self, taken: Taken | None = None) -> Plan:
+        """One cycle: place what fits, preempt what must make room, publish demand.
+
+        `taken`: new workloads, not yet saved, that this cycle takes on: planned with the rest
+        and saved in its transaction, their submitters told once it commits. If the cycle
+        fails before that, they are dropped and their submitters told why.
+        """
         state = self.state
+        new = taken.records if taken is not None else []
         async with state.lock:
-            now = state.clock()
-            pending, running, active = self._views()
-            policy = state.policy_at(now)
-            # An empty queue needs no plan, unless consolidation may move cloud work home.
-            if not pending and not (policy.consolidation.enabled and running):
-                state.positions = {}
-                await self.publisher.publish_demand(Plan(), {}, now)
-                return Plan()
-            snapshot = self._snapshot(now, active)
-            self._check(snapshot, running)
-            result = self.placement.plan(snapshot, pending, running, policy, now)
-            changed, decisions = self._apply(result, now)
-            # The plan lists what it left out in the order it looked at them: the queue order.
-            state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
-            if changed or decisions:
-                await state.save(changed, decisions)
-            await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
+            for record in new:
+                state.workloads[record.id] = record
+            try:
+                result, decisions = await self._plan_and_save(taken)
+            except BaseException as exc:
+                if taken is not None and not taken.is_saved:
+                    self._drop(taken, exc)
+                raise
         if result.placements:
             log.info("cycle_placed", placed=len(result.placements), pending=len(result.unplaced))
         await self.publisher.publish(decisions)
         return result
+
+    async def _plan_and_save(self, taken: Taken | None) -> tuple[Plan, list[DecisionRecord]]:
+        state = self.state
+        now = state.clock()
+        pending, running, active = self._views()
+        policy = state.policy_at(now)
+        # An empty queue needs no plan, unless consolidation may move cloud work home.
+        if not pending and taken is None and not (policy.consolidation.enabled and running):
+            state.positions = {}
+            await self.publisher.publish_demand(Plan(), {}, now)
+            return Plan(), []
+        snapshot = self._snapshot(now, active)
+        self._check(snapshot, running)
+        result = self.placement.plan(snapshot, pending, running, policy, now)
+        changed, decisions = self._apply(result, now)
+        # The plan lists what it left out in the order it looked at them: the queue order.
+        state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
+        audits: Sequence[AuditEntry] = ()
+        if taken is not None:
+            listed = {w.id for w in changed}
+            changed.extend(r for r in taken.records if r.id not in listed)
+            audits = taken.audits
+        if changed or decisions:
+            await state.save(changed, decisions, audits)
+        if taken is not None:
+            taken.saved()
+        await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
+        return result, decisions
+
+    def _drop(self, taken: Taken, exc: BaseException) -> None:
+        """New workloads of a cycle that failed before saving them: never kept, and the
+        placement state that may count them set up afresh."""
+        for record in taken.records:
+            self.state.forget(record.id)
+        self.placement.reset()
+        taken.failed(exc)
 
     def _check(self, snapshot: Snapshot, running: list[RunningWorkload]) -> None:
         """Now and then, the kept placement state against one set up from scratch; on any

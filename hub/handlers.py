@@ -21,7 +21,7 @@ from hub.core.lifecycle import EndReason, Event
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
 from hub.idle import note_activity
-from hub.intake import Intake, Replier
+from hub.intake import AcceptForCycle, Intake, Replier
 from hub.intake import validation_error as validation_error
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
@@ -57,8 +57,9 @@ class Handlers(Intake):
         reconcile: Callable[[SyncRequest], Awaitable[SyncReply]],
         submit_many: Callable[..., Awaitable[list[WorkloadRecord | HubError]]] | None = None,
         bus: Replier | None = None,
+        accept_for_cycle: AcceptForCycle | None = None,
     ) -> None:
-        super().__init__(state, submit, submit_many, bus)
+        super().__init__(state, submit, submit_many, bus, accept_for_cycle)
         self.leases = leases
         self._reconcile = reconcile
         self._spoke_persisted: dict[str, float] = {}

@@ -49,6 +49,15 @@ class _OneByOne:
 
 #: Stands in for an accepted submission's reply until it is taken.
 _ACCEPTED = SubmitReply(ok=True)
+_INTERNAL = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
+
+#: The service's `accept_for_cycle`: specs (and their audit entries) in; per spec the new
+#: record or why it was refused, and the future done once the next cycle has saved them.
+AcceptForCycle = Callable[
+    [Sequence[WorkloadSpec], Callable[[WorkloadSpec, str], AuditEntry] | None],
+    tuple[Sequence[WorkloadRecord | HubError], "asyncio.Future[None] | None"],
+]
+_Outcome = WorkloadRecord | HubError | ErrorReply
 
 
 class Intake:
@@ -60,11 +69,14 @@ class Intake:
         submit: Callable[..., Awaitable[WorkloadRecord]],
         submit_many: Callable[..., Awaitable[list[WorkloadRecord | HubError]]] | None = None,
         bus: Replier | None = None,
+        accept_for_cycle: AcceptForCycle | None = None,
     ) -> None:
         self.state = state
         self._submit = submit
         self._submit_many = submit_many
         self._bus = bus or _OneByOne()
+        self._accept_for_cycle = accept_for_cycle
+        self._answering: set[asyncio.Task[None]] = set()
         self._submits: list[Msg] = []  # arrived, not yet taken by the submitter
         self._submitter: asyncio.Task[None] | None = None
 
@@ -72,20 +84,38 @@ class Intake:
         """`submit`: a WorkloadSpec in, a SubmitReply out.
 
         Submissions are taken together: while the cycle loop runs, each waits for the next
-        cycle, which takes all that arrived (`take_submits`), saves them in one transaction,
-        answers each and plans them. Without a cycle loop one task takes what has arrived,
-        and what arrives meanwhile is taken next, together.
+        cycle, which takes all that arrived (`take_for_cycle`), plans them, saves them with its
+        decisions in one transaction, and then they are answered in one write. Without a cycle
+        loop one task takes what has arrived, and what arrives meanwhile is taken next.
         """
         self._submits.append(msg)
-        if self.state.paced:
+        if self.state.paced and self._accept_for_cycle is not None:
             self.state.trigger()
         elif self._submitter is None:
             self._submitter = asyncio.create_task(self._run_submitter(), name="hub-submits")
 
-    async def take_submits(self) -> None:
-        """Take and answer the submissions that arrived since the last cycle (the cycle loop
-        calls this before it plans)."""
-        await self._take_submits()
+    def take_for_cycle(self) -> None:
+        """Hand what arrived since the last cycle to this one (the cycle loop calls this just
+        before it plans); each is answered once the cycle has saved it."""
+        if not self._submits or self._accept_for_cycle is None:
+            return
+        msgs, self._submits = self._submits, []
+        specs, replies = self._parse(msgs)
+        valid = [spec for spec in specs if spec is not None]
+        outcomes: Sequence[_Outcome] = ()
+        saved = None
+        try:
+            if valid:
+                entry_for = self.state.submit_audit
+                audit = None if entry_for is None else (lambda s, wid: entry_for(s, wid, "ok"))
+                outcomes, saved = self._accept_for_cycle(valid, audit)
+        except Exception:
+            log.exception("submit_failed", count=len(valid))
+            outcomes = [_INTERNAL] * len(valid)
+        answer = self._answer_when_saved(msgs, specs, replies, outcomes, saved)
+        task = asyncio.create_task(answer, name="hub-submit-replies")
+        self._answering.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._answering.discard)
 
     def kick_submits(self) -> None:
         """Take what waits for a cycle that will not come (the cycle loop stopped)."""
@@ -94,20 +124,48 @@ class Intake:
 
     async def _run_submitter(self) -> None:
         try:
-            await self._take_submits()
+            while self._submits:
+                msgs, self._submits = self._submits, []
+                try:
+                    await self.answer_submits(msgs)
+                except Exception:
+                    log.exception("submit_failed", count=len(msgs))
         finally:
             self._submitter = None
 
-    async def _take_submits(self) -> None:
-        while self._submits:
-            msgs, self._submits = self._submits, []
-            try:
-                await self.answer_submits(msgs)
-            except Exception:
-                log.exception("submit_failed", count=len(msgs))
-
     async def answer_submits(self, msgs: Sequence[Msg]) -> None:
         """Take submissions (each a WorkloadSpec) and answer each."""
+        specs, replies = self._parse(msgs)
+        valid = [spec for spec in specs if spec is not None]
+        outcomes = await self._take(valid) if valid else ()
+        await self._answer(msgs, specs, replies, outcomes)
+
+    async def _answer_when_saved(
+        self,
+        msgs: Sequence[Msg],
+        specs: list[WorkloadSpec | None],
+        replies: list[SubmitReply],
+        outcomes: Sequence[_Outcome],
+        saved: asyncio.Future[None] | None,
+    ) -> None:
+        if saved is not None:
+            failure: _Outcome | None = None
+            try:
+                await saved
+            except HubError as exc:  # the whole batch
+                failure = exc
+            except Exception:
+                log.exception("submit_failed", count=len(outcomes))
+                failure = _INTERNAL
+            if failure is not None:
+                outcomes = [failure if isinstance(o, WorkloadRecord) else o for o in outcomes]
+        try:
+            await self._answer(msgs, specs, replies, outcomes)
+        except Exception:
+            log.exception("submit_failed", count=len(msgs))
+
+    def _parse(self, msgs: Sequence[Msg]) -> tuple[list[WorkloadSpec | None], list[SubmitReply]]:
+        """Each message's spec (None if invalid) and its reply so far."""
         replies: list[SubmitReply] = []
         specs: list[WorkloadSpec | None] = []
         for msg in msgs:
@@ -118,13 +176,22 @@ class Intake:
                 self._refused()
                 specs.append(None)
                 replies.append(SubmitReply(ok=False, error=validation_error(exc)))
-        valid = [spec for spec in specs if spec is not None]
+        return specs, replies
+
+    async def _answer(
+        self,
+        msgs: Sequence[Msg],
+        specs: list[WorkloadSpec | None],
+        replies: list[SubmitReply],
+        outcomes: Sequence[_Outcome],
+    ) -> None:
+        """Answer each message: its validation error, or its valid spec's outcome."""
         entry_for = self.state.submit_audit
-        outcomes = iter(await self._take(valid) if valid else ())
+        taken = iter(outcomes)
         for i, spec in enumerate(specs):
             if spec is None:
                 continue
-            outcome = next(outcomes)
+            outcome = next(taken)
             if isinstance(outcome, WorkloadRecord):
                 replies[i] = SubmitReply(ok=True, workload_id=outcome.id)
                 if entry_for is not None:
@@ -145,9 +212,7 @@ class Intake:
             ]
         )
 
-    async def _take(
-        self, specs: list[WorkloadSpec]
-    ) -> Sequence[WorkloadRecord | HubError | ErrorReply]:
+    async def _take(self, specs: list[WorkloadSpec]) -> Sequence[_Outcome]:
         """Accept `specs` (saved together, their audit entries with them): per spec, its new
         record or why it was refused."""
         entry_for = self.state.submit_audit
@@ -160,8 +225,7 @@ class Intake:
             return [exc] * len(specs)
         except Exception:
             log.exception("submit_failed", count=len(specs))
-            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
-            return [error] * len(specs)
+            return [_INTERNAL] * len(specs)
 
     async def _submit_one(
         self, spec: WorkloadSpec, audit: Callable[[WorkloadSpec, str], AuditEntry] | None

@@ -102,6 +102,7 @@ class HubService(HubView):
             self.reconcile,
             submit_many=self.submit_many,
             bus=bus,
+            accept_for_cycle=self.accept_for_cycle,
         )
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
@@ -290,6 +291,26 @@ class HubService(HubView):
         the new record or why it was refused. `audit`: the entry of each accepted one (from
         its spec and workload id), saved with it."""
         await self._refuse_on_standby()
+        results, records, audits = self._accept(specs, user, audit)
+        await self.submissions.commit(records, audits)
+        return results
+
+    def accept_for_cycle(
+        self,
+        specs: Sequence[WorkloadSpec],
+        audit: Callable[[WorkloadSpec, str], AuditEntry] | None = None,
+    ) -> tuple[list[WorkloadRecord | HubError], asyncio.Future[None] | None]:
+        """`submit_many` for the cycle loop, which plans and saves them next: per spec the new
+        record or why it was refused, and what is done once the accepted ones are saved."""
+        results, records, audits = self._accept(specs, "", audit)
+        return results, self.submissions.register(records, audits) if records else None
+
+    def _accept(
+        self,
+        specs: Sequence[WorkloadSpec],
+        user: str,
+        audit: Callable[[WorkloadSpec, str], AuditEntry] | None,
+    ) -> tuple[list[WorkloadRecord | HubError], list[WorkloadRecord], list[AuditEntry]]:
         results: list[WorkloadRecord | HubError] = []
         queued = self.submissions.queued_counts()
         for spec in specs:
@@ -299,8 +320,7 @@ class HubService(HubView):
                 results.append(exc)
         records = [r for r in results if isinstance(r, WorkloadRecord)]
         audits = [] if audit is None else [audit(r.spec, r.id) for r in records]
-        await self.submissions.commit(records, audits)
-        return results
+        return results, records, audits
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:
         """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""
@@ -347,7 +367,7 @@ class HubService(HubView):
         finally:
             self.state.paced = False
             self.handlers.kick_submits()
-            self.submissions.start()
+            self.submissions.release()
 
     async def _cycles(self, stop: asyncio.Event) -> None:
         wakeup = self.state.wakeup
@@ -366,12 +386,11 @@ class HubService(HubView):
             wakeup.clear()
             started, cpu = loop.time(), time.thread_time()
             try:
-                # Submissions since the last cycle, saved together and answered: planned now.
-                await self.handlers.take_submits()
-                await self.submissions.flush()
                 await self.check_leases()
                 await self.reaper.reap()
-                await self.run_cycle()
+                # The submissions since the last cycle: planned, then saved with its decisions.
+                self.handlers.take_for_cycle()
+                await self.cycle.run(self.submissions.take())
                 self.metrics.cycle_duration.observe(loop.time() - started)
             except Exception:
                 log.exception("cycle_failed")

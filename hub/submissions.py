@@ -20,14 +20,16 @@ from schemas import Phase, WorkloadSpec
 log = structlog.get_logger(__name__)
 
 
+_Waiting = tuple[list[WorkloadRecord], list[AuditEntry], "asyncio.Future[None]"]
+
+
 class Submissions:
     """New workload records and their group-committed saves (NATS and REST share these)."""
 
     def __init__(self, state: HubState) -> None:
         self.state = state
-        self._waiting: list[
-            tuple[list[WorkloadRecord], list[AuditEntry], asyncio.Future[None]]
-        ] = []
+        self._waiting: list[_Waiting] = []  # for the committer
+        self._for_cycle: list[_Waiting] = []  # for the next cycle's transaction (`take`)
         self._committer: asyncio.Task[None] | None = None
 
     def queued_counts(self) -> QueuedCounts:
@@ -35,13 +37,15 @@ class Submissions:
         return QueuedCounts(self)
 
     def _in_flight(self) -> int:
-        return len(self.state.workloads) + sum(len(records) for records, _, _ in self._waiting)
+        waiting = (*self._waiting, *self._for_cycle)
+        return len(self.state.workloads) + sum(len(records) for records, _, _ in waiting)
 
     def _count_queued(self) -> Counter[str]:
         counts: Counter[str] = Counter(
             w.spec.team for w in self.state.workloads.values() if w.phase == Phase.QUEUED
         )
-        counts.update(r.spec.team for records, _, _ in self._waiting for r in records)
+        waiting = (*self._waiting, *self._for_cycle)
+        counts.update(r.spec.team for records, _, _ in waiting for r in records)
         return counts
 
     def new_record(
@@ -77,25 +81,40 @@ class Submissions:
 
         Submissions that arrive while a save is under way wait and are saved together in the
         next transaction: under load one commit serves many submissions. A lone one (`alone`)
-        waits, while the cycle loop runs, for its next cycle, which saves all that wait
-        (`flush`). Returns once `records` are durable; raises what the store raised.
+        goes, while the cycle loop runs, with the next cycle (`register`). Returns once
+        `records` are durable; raises what the store raised.
         """
         if not records:
             return
+        if alone and self.state.paced:
+            await self.register(records, audits)
+            return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((records, list(audits), done))
-        if alone and self.state.paced:
-            self.state.trigger()
-        else:
-            self.start()
+        self.start()
         await done
 
-    async def flush(self) -> None:
-        """Save what waits, and return once it is saved (the cycle loop calls this before it
-        plans)."""
+    def register(
+        self, records: list[WorkloadRecord], audits: Sequence[AuditEntry] = ()
+    ) -> asyncio.Future[None]:
+        """Hand new workloads to the next scheduling cycle, which takes them on, plans them and
+        saves them in its own transaction (`take`); the future is done once they are saved.
+        Only while the cycle loop runs (`HubState.paced`)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._for_cycle.append((records, list(audits), done))
+        self.state.trigger()
+        return done
+
+    def take(self) -> Taken | None:
+        """What waits for this cycle (the cycle loop calls this just before it plans)."""
+        batch, self._for_cycle = self._for_cycle, []
+        return Taken(self.state, batch) if batch else None
+
+    def release(self) -> None:
+        """Save what waits for a cycle that will not come (the cycle loop stopped)."""
+        self._waiting.extend(self._for_cycle)
+        self._for_cycle = []
         self.start()
-        if self._committer is not None:
-            await asyncio.shield(self._committer)
 
     def start(self) -> None:
         """Save what waits, in a task of its own unless one runs: a submitter that goes away
@@ -109,41 +128,55 @@ class Submissions:
             with contextlib.suppress(Exception):  # each waiter gets it from its future
                 await self._commit_batch(batch)
 
-    async def _commit_batch(
-        self, batch: list[tuple[list[WorkloadRecord], list[AuditEntry], asyncio.Future[None]]]
-    ) -> None:
-        records = [r for rs, _, _ in batch for r in rs]
-        audits = [e for _, es, _ in batch for e in es]
+    async def _commit_batch(self, batch: list[_Waiting]) -> None:
+        taken = Taken(self.state, batch)
         try:
             # Saved without the lock: nothing else holds these new records yet, and a save
             # waiting beside the cycle's or the events' is committed in their transaction.
-            await self.state.save(records, (), audits)
+            await self.state.save(taken.records, (), taken.audits)
             async with self.state.lock:
-                for record in records:
+                for record in taken.records:
                     self.state.workloads[record.id] = record
         except BaseException as exc:
-            for _, _, done in batch:
-                if not done.done():
-                    done.set_exception(
-                        exc
-                        if isinstance(exc, Exception)
-                        else Unavailable("the hub is stopping; try again")
-                    )
+            taken.failed(exc)
             raise
-        for _, _, done in batch:
+        taken.saved()
+        self.state.trigger()
+
+
+class Taken:
+    """New workloads saved together, and their submitters waiting for that save."""
+
+    def __init__(self, state: HubState, batch: list[_Waiting]) -> None:
+        self.state = state
+        self.batch = batch
+        self.records = [r for rs, _, _ in batch for r in rs]
+        self.audits = [e for _, es, _ in batch for e in es]
+        self.is_saved = False
+
+    def saved(self) -> None:
+        """They are stored: answer their submitters, count them, log them."""
+        self.is_saved = True
+        for _, _, done in self.batch:
             if not done.done():  # its submitter may have gone away
                 done.set_result(None)
-        self.state.counters["submitted"] += len(records)
-        if audits:
-            log_written(audits)
-        for record in records:
+        self.state.counters["submitted"] += len(self.records)
+        if self.audits:
+            log_written(self.audits)
+        for record in self.records:
             log.debug(  # each submission's info line is its audit entry's
                 "workload_submitted",
                 workload=record.id,
                 team=record.spec.team,
                 gpus=record.spec.total_gpus,
             )
-        self.state.trigger()
+
+    def failed(self, exc: BaseException) -> None:
+        """They are not stored: tell their submitters why."""
+        error = exc if isinstance(exc, Exception) else Unavailable("the hub is stopping; try again")
+        for _, _, done in self.batch:
+            if not done.done():
+                done.set_exception(error)
 
 
 class QueuedCounts:
