@@ -317,6 +317,11 @@ class _Planner:
             earmarked = workload.id in victims.earmarked  # work stopping for it: look again
             if not earmarked and any(_dominates(f, cls.value, shape) for f in failed):
                 continue
+            if not sig.by_model[model]:
+                # No eligible pool: no room anywhere (rescue() would read every candidate
+                # victim to find that out).
+                failed.append((cls.value, shape))
+                continue
             rank = model_rank(spec, model)
             las = list(las_victims(victims, model, spec.team, level, cls.value, ordering, self.now))
             found = rescue(
