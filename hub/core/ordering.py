@@ -34,10 +34,11 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from hub.core.capacity import EPS
+from hub.core.holdings import VICTIM_ORDER, Holding
 from hub.core.lifecycle import Attempt
 from hub.core.model import RunningWorkload, Workload
 from hub.core.policy import Ordering
-from hub.core.victims import VICTIM_ORDER, Holding, Victims
+from hub.core.victims import Victims
 
 
 def attained(r: RunningWorkload, now: float) -> float:

@@ -37,6 +37,7 @@ from hub.core.fit import (
     sig_key,
     take,
 )
+from hub.core.holdings import KeptOrder
 from hub.core.model import (
     Placement,
     Plan,
@@ -91,16 +92,18 @@ def plan_on(
 
 
 class Kept:
-    """Per signature, its pools; per signature and shape, why it never fits.
+    """Per signature, its pools; per signature and shape, why it never fits; running work in
+    victim order (`hub.core.victims.KeptOrder`).
 
     Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
     """
 
-    __slots__ = ("never", "sigs")
+    __slots__ = ("never", "order", "sigs")
 
     def __init__(self) -> None:
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
+        self.order = KeptOrder()
 
 
 class _Planner:
@@ -376,7 +379,8 @@ class _Planner:
 
     def _victims_index(self) -> Victims:
         if self._victims is None:
-            self._victims = Victims(self.tally, self.capacity, self.ledger, self.policy)
+            order = self.kept.order if self.kept is not None else None
+            self._victims = Victims(self.tally, self.capacity, self.ledger, self.policy, order)
             self._victims.undecided = self.undecided
         return self._victims
 

@@ -19,8 +19,9 @@ arguments as `hub.core.placement.plan` and returns the same plan:
   noted before its first change (`Capacity.begin`) and put back afterwards
   (`Capacity.rollback`), also when the plan raises. Whatever the plan decided reaches the kept
   state only through the next snapshot and running list: the caller's truth, not the plan's.
-- **Across plans** the pools of each workload signature and the reasons a shape never fits
-  (`hub.core.placement.Kept`) stay while the fleet's make-up does.
+- **Across plans** the pools of each workload signature, the reasons a shape never fits and
+  running work in victim order (`hub.core.placement.Kept`) stay while the fleet's make-up
+  does; work that starts or ends is filed in or out of its class's victim order in place.
 
 `verify()` compares the kept state with one set up from scratch; the hub runs it now and then
 and starts afresh when it finds a difference (`hub.cycle`). Pure: no clock, no I/O.
@@ -60,6 +61,7 @@ class PlanState:
         self._dirty: set[_Key] = set()
         self._odd = 0  # running amounts that are not exact in any order
         self.rebuilds = 0  # times the fleet was set up from scratch (for tests and metrics)
+        self._policy: Policy | None = None  # the last plan's (for running work's classes)
 
     def plan(
         self,
@@ -70,6 +72,7 @@ class PlanState:
         now: float,
     ) -> Plan:
         """The plan `hub.core.placement.plan` gives for these arguments."""
+        self._policy = policy
         capacity = self._sync(snapshot, running)
         work = self._current_tally(running, capacity)
         capacity.begin()
@@ -201,11 +204,15 @@ class PlanState:
         sums = self._tally.sums
         sums[key] = sums.get(key, 0.0) + amount
         self._dirty.add(key)
+        if not key[2] and self._policy is not None:
+            self._kept.order.add((key[0], key[1], key[3]), r, capacity, self._policy)
 
     def _remove(self, workload_id: str) -> None:
-        _, key, amount = self._entries.pop(workload_id)
+        r, key, amount = self._entries.pop(workload_id)
         if key is None:
             return
+        if not key[2]:
+            self._kept.order.remove((key[0], key[1], key[3]), r)
         if not (amount * _GRAIN).is_integer():
             self._odd -= 1
         members = self._members[key]

@@ -31,10 +31,11 @@ from itertools import chain
 
 from hub.core.capacity import EPS, Pool
 from hub.core.fit import Fit, Sig, free_counts
+from hub.core.holdings import VICTIM_ORDER, Holding
 from hub.core.model import Workload
 from hub.core.policy import PriorityClass
 from hub.core.quotas import Ledger
-from hub.core.victims import VICTIM_ORDER, Holding, Victims
+from hub.core.victims import Victims
 from schemas import WorkloadSpec
 
 Node = tuple[Pool, int]

@@ -9,80 +9,26 @@ teams in the same order; what the pool cannot hold is borrowed.
 
 Running work is grouped per team, GPU model and priority class in one pass (`tally`); the
 rest is lazy. Candidates come out of generators in victim order, each class sorted only when
-a search first reaches it, so a search that stops early pays for little.
+a search first reaches it, so a search that stops early pays for little. `PlanState` keeps the
+sorted classes across plans (`hub.core.holdings.KeptOrder`), filing only the work that started
+or ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from heapq import merge
-from operator import attrgetter
 
-from hub.core.capacity import EPS, Capacity, Pool
+from hub.core.capacity import EPS, Capacity
+from hub.core.holdings import (
+    VICTIM_ORDER,
+    Holding,
+    KeptOrder,
+    newest_first,
+)
 from hub.core.model import RunningWorkload
 from hub.core.policy import Policy, PriorityClass
 from hub.core.quotas import Ledger
-from schemas import Assignment
-
-
-class Holding:
-    """One running workload's GPUs."""
-
-    __slots__ = (
-        "_where",
-        "amount",
-        "capacity",
-        "id",
-        "model",
-        "order",
-        "preemptible",
-        "preempting",
-        "started_at",
-        "team",
-        "value",
-        "workload",
-    )
-
-    def __init__(
-        self,
-        workload: RunningWorkload,
-        model: str,
-        cls: PriorityClass | None,
-        capacity: Capacity,
-    ) -> None:
-        self.workload = workload
-        self.id = workload.id
-        self.team = workload.spec.team
-        self.started_at = workload.started_at
-        self.preempting = workload.preempting
-        self.model = model
-        self.amount = workload.spec.total_gpus
-        self.value = cls.value if cls is not None else 0
-        self.preemptible = cls.preemptible if cls is not None else False  # unknown: keep it
-        self.order = (self.value, -self.started_at, self.id)  # its place in victim order
-        self.capacity = capacity
-        self._where: tuple[tuple[Pool, int, Assignment], ...] | None = None
-
-    @property
-    def where(self) -> tuple[tuple[Pool, int, Assignment], ...]:
-        """Its devices on nodes that take work: (pool, node index, assignment)."""
-        if self._where is None:
-            found = []
-            for a in self.workload.assignments:
-                at = self.capacity.locate(self.workload.spoke_id, a.node)
-                if at is not None:
-                    found.append((at[0], at[1], a))
-            self._where = tuple(found)
-        return self._where
-
-
-def victim_order(h: Holding) -> tuple[int, float, str]:
-    """Lowest priority first, then newest first."""
-    return h.order
-
-
-#: `victim_order` as a key that stays in C.
-VICTIM_ORDER = attrgetter("order")
 
 
 class Tally:
@@ -145,7 +91,14 @@ def tally(running: Iterable[RunningWorkload], models: Mapping[str, Mapping[str, 
 class Victims:
     """Running work per team and GPU model, and what this plan already decided about it."""
 
-    def __init__(self, running: Tally, capacity: Capacity, ledger: Ledger, policy: Policy) -> None:
+    def __init__(
+        self,
+        running: Tally,
+        capacity: Capacity,
+        ledger: Ledger,
+        policy: Policy,
+        kept: KeptOrder | None = None,
+    ) -> None:
         self.running = running
         self.capacity = capacity
         self.ledger = ledger
@@ -173,8 +126,10 @@ class Victims:
         for (team, model), classes in self._classes.items():
             classes.sort(key=lambda c: (c[0], c[1]))
             self._teams.setdefault(model, []).append(team)
-        self._segments: dict[tuple[str, str, str], list[RunningWorkload]] = {}
-        self._holdings: dict[str, Holding] = {}
+        self._kept = kept
+        if kept is not None:
+            kept.prune(running.groups)
+        self._segments: dict[tuple[str, str, str], list[Holding]] = {}
         self._stopping: dict[str, list[Holding]] = {}
         self._borrowed: dict[str, _Replay] = {}
         self._over_teams: dict[str, list[str]] = {}  # model -> teams beyond their guarantee
@@ -210,12 +165,8 @@ class Victims:
                 break
             if cls is None or not cls.preemptible:
                 continue
-            holdings = self._holdings
             chosen = self.chosen
-            for r in self._sorted(team, model, name):
-                h = holdings.get(r.id)
-                if h is None:
-                    h = holdings[r.id] = Holding(r, model, cls, self.capacity)
+            for h in self._sorted(team, model, name, cls):
                 if h.id not in chosen:
                     yield h
 
@@ -269,96 +220,83 @@ class Victims:
 
     def team_work(self, team: str, model: str) -> Iterator[Holding]:
         """The team's running work on `model` GPUs (not stopping), class by class."""
-        for _, name, _, _ in self._classes.get((team, model), ()):
-            yield from self._segment(team, model, name)
-
-    def _all_borrowed(self, model: str) -> Iterator[Holding]:
-        streams: list[Iterator[Holding]] = []
-        departments: dict[str, list[str]] = {}
-        for t in self._teams.get(model, ()):
-            if self._over(t, model) <= EPS:
-                continue
-            dept = self.ledger.department_of(t)
-            if dept is None:
-                streams.append(self._beyond_own_work(t, model))
-            else:
-                departments.setdefault(dept, []).append(t)
-        for dept, members in sorted(departments.items()):
-            streams.append(self._beyond_pool(dept, members, model))
-        for h in merge(*streams, key=VICTIM_ORDER):
-            if h.preemptible:
-                yield h
+        for _, name, _, cls in self._classes.get((team, model), ()):
+            yield from self._sorted(team, model, name, cls)
 
     def _over(self, team: str, model: str) -> float:
         """Running `model` GPUs beyond the team's own guarantee."""
         total = self.running.totals.get((team, model), 0.0)
         return total - self.ledger.guaranteed(team, model)
 
+    def _borrowers(self, model: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+        """Teams beyond their own guarantee: those outside departments, and per department
+        (by name) its members."""
+        alone: list[str] = []
+        departments: dict[str, list[str]] = {}
+        for t in self._teams.get(model, ()):
+            if self._over(t, model) <= EPS:
+                continue
+            dept = self.ledger.department_of(t)
+            if dept is None:
+                alone.append(t)
+            else:
+                departments.setdefault(dept, []).append(t)
+        return alone, sorted(departments.items())
+
+    def _all_borrowed(self, model: str) -> Iterator[Holding]:
+        alone, departments = self._borrowers(model)
+        streams: list[Iterator[Holding]] = [
+            (h for h, _ in self._beyond_own(t, model)) for t in alone
+        ]
+        for dept, members in departments:
+            merged = merge(*(self._beyond_own(t, model) for t in members), key=_first_order)
+            streams.append(_cut(merged, self._pool_beyond(dept, members, model)))
+        for h in merge(*streams, key=VICTIM_ORDER):
+            if h.preemptible:
+                yield h
+
+    def _pool_beyond(self, dept: str, members: list[str], model: str) -> float:
+        """GPUs the department's members run beyond their own guarantees and its pool."""
+        return sum(self._over(t, model) for t in members) - self.ledger.pool(dept, model)
+
     def _beyond_own(self, team: str, model: str) -> Iterator[tuple[Holding, float]]:
         """The team's work beyond its own guarantee, victim order, with the GPUs beyond it."""
         over = self._over(team, model)
         counted = 0.0
-        for _, name, _, _ in self._classes.get((team, model), ()):
-            for h in self._segment(team, model, name):
+        for _, name, _, cls in self._classes.get((team, model), ()):
+            for h in self._sorted(team, model, name, cls):
                 if counted >= over - EPS:
                     return
                 yield h, min(h.amount, over - counted)
                 counted += h.amount
 
-    def _beyond_own_work(self, team: str, model: str) -> Iterator[Holding]:
-        """`_beyond_own` without the GPUs beyond (one generator for what is the most read)."""
-        over = self._over(team, model)
-        counted = 0.0
-        holdings = self._holdings
-        for _, name, _, cls in self._classes.get((team, model), ()):
-            for r in self._sorted(team, model, name):
-                if counted >= over - EPS:
-                    return
-                h = holdings.get(r.id)
-                if h is None:
-                    h = holdings[r.id] = Holding(r, model, cls, self.capacity)
-                yield h
-                counted += h.amount
-
-    def _beyond_pool(self, dept: str, members: list[str], model: str) -> Iterator[Holding]:
-        """Department members' work beyond their own guarantees that the pool cannot hold."""
-        beyond = sum(self._over(t, model) for t in members) - self.ledger.pool(dept, model)
-        counted = 0.0
-        streams = [self._beyond_own(t, model) for t in members]
-        for h, part in merge(*streams, key=_first_order):
-            if counted >= beyond - EPS:
-                return
-            counted += part
-            yield h
-
-    def _segment(self, team: str, model: str, name: str) -> Iterator[Holding]:
+    def _sorted(self, team: str, model: str, name: str, cls: PriorityClass | None) -> list[Holding]:
         """The team's running work of one class on `model` GPUs, newest first."""
-        cls = self.policy.priority_class(name)
-        holdings = self._holdings
-        for r in self._sorted(team, model, name):
-            h = holdings.get(r.id)
-            if h is None:
-                h = holdings[r.id] = Holding(r, model, cls, self.capacity)
-            yield h
-
-    def _sorted(self, team: str, model: str, name: str) -> list[RunningWorkload]:
-        found = self._segments.get((team, model, name))
+        key = (team, model, name)
+        found = self._segments.get(key)
         if found is None:
-            # Newest first, ties by id: by id, then (stable) by start time, latest first.
-            found = sorted(self.running.groups.get((team, model, name), ()), key=_ID)
-            found.sort(key=_STARTED, reverse=True)
-            self._segments[(team, model, name)] = found
+            group = self.running.groups.get(key, [])
+            kept = self._kept
+            if kept is None:
+                found = newest_first(group, model, cls, self.capacity)
+            else:
+                found = kept.holdings(key, group, model, cls, self.capacity)
+            self._segments[key] = found
         return found
 
 
-_ID = attrgetter("id")
+def _cut(parts: Iterable[tuple[Holding, float]], beyond: float) -> Iterator[Holding]:
+    """Holdings in order until their parts add up to `beyond` (a department pool's cut-off)."""
+    counted = 0.0
+    for h, part in parts:
+        if counted >= beyond - EPS:
+            return
+        counted += part
+        yield h
 
 
 def _first_order(e: tuple[Holding, float]) -> tuple[int, float, str]:
     return e[0].order
-
-
-_STARTED = attrgetter("started_at")
 
 
 class _Replay:
