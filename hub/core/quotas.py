@@ -44,8 +44,9 @@ class Ledger:
         self._members: dict[tuple[str, str], dict[str, None]] = {}
         self._models_of: dict[str, set[str]] = {}
         self._pools: dict[tuple[str, str], float] = {}
-        # model -> (team, class value) -> guaranteed room, until an add() that changes it
-        self._rooms: dict[str, dict[tuple[str, int], float]] = {}
+        # (model, department or None, team outside one or "") -> (team, class value) ->
+        # guaranteed room, until an add() that changes it
+        self._rooms: dict[tuple[str, str | None, str], dict[tuple[str, int], float]] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # team -> share, until its next add()
         self._quotas: dict[tuple[str, str], Quota] = {}  # (team, model) -> its own quota
 
@@ -58,15 +59,15 @@ class Ledger:
         self._models_of.setdefault(team, set()).add(model)
         self._shares.pop(team, None)  # a share reads only its own team's usage
         dept = self.policy.team(team).department
-        rooms = self._rooms.get(model)
-        if rooms:  # a room reads its team's `model` usage, and its department's teams'
-            if dept is None or not self.limited:
-                for k in [k for k in rooms if k[0] == team]:
-                    del rooms[k]
-            else:
-                rooms.clear()
         if not self.limited:
             return
+        if not preempting:
+            # A room at value v reads the `model` GPUs its team (and its department's teams)
+            # hold at v or above: this add changes those at `value` or below.
+            rooms = self._rooms.get(_room_group(model, dept, team))
+            if rooms:
+                for k in [k for k in rooms if k[1] <= value]:
+                    del rooms[k]
         if dept is not None:
             dkey = (dept, model)
             self.dept_used[dkey] = self.dept_used.get(dkey, 0.0) + amount
@@ -130,15 +131,16 @@ class Ledger:
         """
         if not self.limited:
             return 0.0
-        rooms = self._rooms.get(model)
+        dept = self.policy.team(team).department
+        group = _room_group(model, dept, team)
+        rooms = self._rooms.get(group)
         if rooms is None:
-            rooms = self._rooms[model] = {}
+            rooms = self._rooms[group] = {}
         cached = rooms.get((team, value))
         if cached is not None:
             return cached
         own = self._own(team, model).guaranteed
         left = max(0.0, own - self._at_or_above(team, model, value))
-        dept = self.policy.team(team).department
         if dept is not None:
             overflow = sum(
                 max(0.0, self._at_or_above(t, model, value) - self._own(t, model).guaranteed)
@@ -227,6 +229,11 @@ class Ledger:
 
 
 _NO_QUOTA = Quota()
+
+
+def _room_group(model: str, dept: str | None, team: str) -> tuple[str, str | None, str]:
+    """The rooms one team's usage of `model` reads into: its department's, or its own."""
+    return (model, dept, "") if dept is not None else (model, None, team)
 
 
 def _limit_message(

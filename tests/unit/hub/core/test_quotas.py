@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hub.core.model import Plan, RunningWorkload, Workload
 from hub.core.policy import Department, Policy, PriorityClass, Quota, Team
+from hub.core.quotas import Ledger
 from tests.unit.hub.core.builders import (
     checked_plan,
     fleet,
@@ -189,3 +192,47 @@ def _occupying(team_name: str, gpus: int) -> tuple[RunningWorkload, ...]:
             out.append(running(f"r{i}", "s1", {f"h{i}": range(take)}, team=team_name))
         left -= take
     return tuple(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("t0", "t1", "t2", "t3", "nobody")),
+            st.sampled_from(("H100", "A100")),
+            st.sampled_from((0.25, 1.0, 2.0, 8.0)),
+            st.sampled_from((0, 100, 300, 500, 1000)),
+            st.booleans(),
+        ),
+        max_size=30,
+    )
+)
+def test_guaranteed_room_read_between_adds_is_the_room_of_a_fresh_count(
+    adds: list[tuple[str, str, float, int, bool]],
+) -> None:
+    """The room cache forgets exactly what each add changes."""
+    teams = tuple(
+        Team(
+            t,
+            department="d" if t in ("t0", "t1") else None,
+            quotas={"H100": Quota(g), "A100": Quota(g / 2)},
+        )
+        for t, g in (("t0", 4), ("t1", 2), ("t2", 8), ("t3", 0))
+    )
+    policy = Policy(
+        teams=teams, departments=(Department("d", {"H100": Quota(10), "A100": Quota(3)}),)
+    )
+    totals = {"H100": 64.0, "A100": 32.0}
+    ledger = Ledger(policy, totals)
+    done: list[tuple[str, str, float, int, bool]] = []
+    for add in adds:
+        t, model, amount, value, preempting = add
+        ledger.add(t, model, amount, value, preempting=preempting)
+        done.append(add)
+        fresh = Ledger(policy, totals)
+        for t2, m2, a2, v2, p2 in done:
+            fresh.add(t2, m2, a2, v2, preempting=p2)
+        for t2 in ("t0", "t1", "t2", "t3", "nobody"):
+            for m2 in ("H100", "A100"):
+                for v2 in (0, 100, 300, 500, 1000, 2000):
+                    assert ledger.room(t2, m2, v2) == fresh.room(t2, m2, v2)
