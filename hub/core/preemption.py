@@ -77,13 +77,15 @@ def rescue(
     spec = workload.spec
     team = spec.team
     amount = spec.total_gpus
-    if ledger.limited and not cls.may_borrow and amount > ledger.room(team, model, cls.value) + EPS:
+    limited = ledger.limited
+    if limited and not cls.may_borrow and ledger.exceeds_room(team, model, cls.value, amount):
         return None  # only its own class or higher fill that guarantee: nobody to evict
     reclaim = (
-        ledger.limited
+        limited
         and capacity_fit is None
         and victims.may_have_borrowed(model, team)
-        and EPS < amount <= ledger.room(team, model, cls.value) + EPS
+        and amount > EPS
+        and not ledger.exceeds_room(team, model, cls.value, amount)
     )
     stopping = [h for h in victims.stopping(model) if victims.may_wait_on(h, workload.id)]
     las = () if capacity_fit is not None else las

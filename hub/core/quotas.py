@@ -47,6 +47,8 @@ class Ledger:
         # (model, department or None, team outside one or "") -> (team, class value) ->
         # guaranteed room, until an add() that changes it
         self._rooms: dict[tuple[str, str | None, str], dict[tuple[str, int], float]] = {}
+        # (team, model, class value) -> the room last computed: no later room is larger
+        self._room_bounds: dict[tuple[str, str, int], float] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # team -> share, until its next add()
         self._quotas: dict[tuple[str, str], Quota] = {}  # (team, model) -> its own quota
 
@@ -148,7 +150,20 @@ class Ledger:
             )
             left += max(0.0, self._pool(dept, model) - overflow)
         rooms[(team, value)] = left
+        self._room_bounds[(team, model, value)] = left
         return left
+
+    def exceeds_room(self, team: str, model: str, value: int, amount: float) -> bool:
+        """`amount > room(team, model, value) + EPS`, often without working the room out.
+
+        Adds only ever raise what a room subtracts (float sums of amounts that are never
+        negative only grow, in a fixed order), so a room never grows within a plan: an
+        amount beyond a room computed earlier is beyond the room now.
+        """
+        bound = self._room_bounds.get((team, model, value))
+        if bound is not None and amount > bound + EPS:
+            return True
+        return amount > self.room(team, model, value) + EPS
 
     def share(self, team: str) -> tuple[float, float]:
         """Weighted dominant share: above guarantee first, then of everything used."""

@@ -210,7 +210,7 @@ def _occupying(team_name: str, gpus: int) -> tuple[RunningWorkload, ...]:
 def test_guaranteed_room_read_between_adds_is_the_room_of_a_fresh_count(
     adds: list[tuple[str, str, float, int, bool]],
 ) -> None:
-    """The room cache forgets exactly what each add changes."""
+    """The room cache forgets exactly what each add changes; rooms only shrink."""
     teams = tuple(
         Team(
             t,
@@ -235,4 +235,7 @@ def test_guaranteed_room_read_between_adds_is_the_room_of_a_fresh_count(
         for t2 in ("t0", "t1", "t2", "t3", "nobody"):
             for m2 in ("H100", "A100"):
                 for v2 in (0, 100, 300, 500, 1000, 2000):
-                    assert ledger.room(t2, m2, v2) == fresh.room(t2, m2, v2)
+                    room = fresh.room(t2, m2, v2)
+                    for need in (0.5, 1.0, 4.0, 9.0):  # from a bound on it, when one tells
+                        assert ledger.exceeds_room(t2, m2, v2, need) == (need > room + 1e-9)
+                    assert ledger.room(t2, m2, v2) == room
