@@ -27,6 +27,7 @@ class Sig:
 
     __slots__ = (
         "by_model",
+        "by_spoke",
         "eligible",
         "fail_frac",
         "fail_gang",
@@ -40,6 +41,8 @@ class Sig:
         self.key = key
         self.by_model: dict[str, list[Pool]] = {}
         self.pool_ids: dict[str, set[int]] = {}
+        # model -> eligible pools per spoke (`_by_spoke`), made when a gang first looks
+        self.by_spoke: dict[str, list[list[Pool]]] = {}
         self.miss: dict[int, int] = {}  # pool index -> preferred regions/labels it misses, if any
         self.fail_whole: dict[str, int] = {}  # model -> smallest GPU count that did not fit
         self.fail_frac: dict[str, float] = {}  # model -> smallest fraction that did not fit
@@ -152,6 +155,7 @@ def fresh_sig(static: Sig) -> Sig:
     """A signature with `static`'s pools and empty failure caches (for a new plan)."""
     sig = Sig(static.key)
     sig.by_model = static.by_model
+    sig.by_spoke = static.by_spoke
     sig.pool_ids = static.pool_ids
     sig.miss = static.miss
     sig.eligible = static.eligible
@@ -310,7 +314,10 @@ def _find_gang(sig: Sig, model: str, rank: int, nodes: int, g: int) -> Fit | Non
     """N nodes of one spoke with g free GPUs each; the spoke whose fitting nodes are fullest."""
     best: Fit | None = None
     best_sum = 1 << 30
-    for spoke_pools in _by_spoke(sig.by_model.get(model, [])):
+    groups = sig.by_spoke.get(model)
+    if groups is None:
+        groups = sig.by_spoke[model] = _by_spoke(sig.by_model.get(model, []))
+    for spoke_pools in groups:
         first = spoke_pools[0]
         if best is not None and first.cloud != best.rank[0]:
             break
