@@ -85,20 +85,30 @@ def runs_on(pool: Pool, spec: WorkloadSpec, avoid: frozenset[str]) -> bool:
 
 
 def sig_key(
-    spec: WorkloadSpec, may_burst: bool, team: str, needs: tuple[object, ...] = ()
+    spec: WorkloadSpec,
+    may_burst: bool,
+    team: str,
+    needs: tuple[object, ...] = (),
+    akey: tuple[object, ...] | None = None,
 ) -> SigKey:
-    """What makes two workloads compete for the same pools in the same order."""
+    """What makes two workloads compete for the same pools in the same order (`akey`: the
+    spec's `affinity_key`, when known)."""
+    if akey is None:
+        akey = affinity_key(spec)
+    return (spec.gpu_models, akey, may_burst, team, needs)
+
+
+def affinity_key(spec: WorkloadSpec) -> tuple[object, ...]:
+    """The part of a signature its affinity decides."""
     aff = spec.affinity
     if aff.required_regions or aff.preferred_regions or aff.required_labels or aff.preferred_labels:
-        akey: tuple[object, ...] = (
+        return (
             aff.required_regions,
             tuple(sorted(aff.required_labels.items())),
             aff.preferred_regions,
             tuple(sorted(aff.preferred_labels.items())),
         )
-    else:
-        akey = ()
-    return (spec.gpu_models, akey, may_burst, team, needs)
+    return ()
 
 
 def build_sig(

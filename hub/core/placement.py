@@ -29,6 +29,7 @@ from hub.core.fit import (
     Fit,
     Sig,
     SigKey,
+    affinity_key,
     build_sig,
     capability_needs,
     find,
@@ -98,12 +99,14 @@ class Kept:
     Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
     """
 
-    __slots__ = ("never", "order", "sigs")
+    __slots__ = ("affinity", "never", "order", "sigs")
 
     def __init__(self) -> None:
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
         self.order = KeptOrder()
+        # id(spec) -> (spec, its affinity_key) for the last plan's queue
+        self.affinity: dict[int, tuple[WorkloadSpec, tuple[object, ...]]] = {}
 
 
 class _Planner:
@@ -130,6 +133,7 @@ class _Planner:
             value = policy.priority(name)
             self.ledger.add(team, model, amount, value, preempting=preempting)
         self.sigs: dict[object, Sig] = {}
+        self.affinity: dict[int, tuple[WorkloadSpec, tuple[object, ...]]] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = (
             {} if kept is None else kept.never
         )
@@ -176,7 +180,13 @@ class _Planner:
             key = keys.get(id(spec))
             if key is None:
                 shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
-                key = keys[id(spec)] = (cls.value, spec.team, shape, sig_key(spec, False, ""))
+                akey = self._affinity(spec)
+                key = keys[id(spec)] = (
+                    cls.value,
+                    spec.team,
+                    shape,
+                    sig_key(spec, False, "", (), akey),
+                )
             if workload.attained_gpu_s:  # another level may take other victims (ordering)
                 key = (*key, pending_level(workload, self.policy.ordering, self.now))
             seen = failed.get(key)
@@ -190,6 +200,8 @@ class _Planner:
                 last = self.unplaced[-1]
                 if not last.waiting_for:
                     failed[key] = (gen, last)
+        if self.kept is not None:
+            self.kept.affinity = self.affinity
         taken = frozenset(p.workload_id for p in self.preemptions)
         moves = consolidate(self.capacity, self.running, self.policy, self.now, self._onprem, taken)
         self.preemptions.extend(moves)
@@ -205,7 +217,7 @@ class _Planner:
         reserved_key = spec.team if self.capacity.has_reserved else ""
         avoid = workload.avoid_spokes
         needs = capability_needs(spec, avoid, self.capacity)
-        key = sig_key(spec, team.may_burst, reserved_key, needs)
+        key = sig_key(spec, team.may_burst, reserved_key, needs, self._affinity(spec))
         sig = self.sigs.get(key)
         if sig is None:
             sig = self.sigs[key] = self._sig(key, spec, team.may_burst, avoid)
@@ -255,6 +267,16 @@ class _Planner:
                 self.gen += 1  # not the same answer for the next gang of this class
                 message += f"; holding {spec.nodes} nodes of spoke {spoke} for it"
         self.unplaced.append(Unplaced(workload.id, reason, message))
+
+    def _affinity(self, spec: WorkloadSpec) -> tuple[object, ...]:
+        """`affinity_key(spec)`, worked out once a spec while it stays queued."""
+        found = self.affinity.get(id(spec))
+        if found is None:
+            kept = self.kept.affinity.get(id(spec)) if self.kept is not None else None
+            if kept is None or kept[0] is not spec:  # the id of a spec gone since
+                kept = (spec, affinity_key(spec))
+            found = self.affinity[id(spec)] = kept
+        return found[1]
 
     def _onprem(self, spec: WorkloadSpec) -> Sig:
         """`spec`'s pools without cloud spokes (where consolidated work goes)."""
