@@ -237,21 +237,28 @@ _DEFAULTS = {
     for name, field in Assignment.model_fields.items()
     if not field.is_required() and field.default_factory is None
 }
+_SCHEMA_VERSION = _DEFAULTS["schema_version"]
+_new = Assignment.__new__
+_set = object.__setattr__
 
 
 def _assignment(node: str, devices: tuple[int, ...], fraction: float | None = None) -> Assignment:
-    """`Assignment.model_construct(node=, devices=[, fraction=])`, the same object field for
-    field and in the fields it says were set, without pydantic resolving defaults each time."""
-    if fraction is None:
-        return Assignment.model_construct(
-            {"node", "devices"}, **_DEFAULTS, node=node, devices=devices
-        )
-    return Assignment.model_construct(
-        {"node", "devices", "fraction"},
-        **{**_DEFAULTS, "fraction": fraction},
-        node=node,
-        devices=devices,
+    """`Assignment.model_construct(node=, devices=[, fraction=])`: the same object, field for
+    field and in the fields it says were set, set up as `model_construct` sets it up
+    (`__dict__` in field order, the set fields, no extra, no private attributes) without
+    pydantic's per-field resolution on every placement (`tests/unit/hub/core/test_fit.py`
+    compares the two)."""
+    a = _new(Assignment)
+    _set(
+        a,
+        "__dict__",
+        {"schema_version": _SCHEMA_VERSION, "node": node, "devices": devices, "fraction": fraction},
     )
+    fields = {"node", "devices"} if fraction is None else {"node", "devices", "fraction"}
+    _set(a, "__pydantic_fields_set__", fields)
+    _set(a, "__pydantic_extra__", None)
+    _set(a, "__pydantic_private__", None)
+    return a
 
 
 def _find_whole(sig: Sig, model: str, rank: int, g: int) -> Fit | None:

@@ -238,5 +238,9 @@ def test_assignments_are_built_as_pydantic_would_build_them() -> None:
         slow = Assignment.model_construct(node=node_name, devices=devices, **given)
         assert fast == slow
         assert fast.model_fields_set == slow.model_fields_set
+        assert list(fast.__dict__.items()) == list(slow.__dict__.items())
+        assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+        assert fast.__pydantic_private__ == slow.__pydantic_private__
+        assert hash(fast) == hash(slow)
         assert fast.model_dump_json(exclude_unset=True) == slow.model_dump_json(exclude_unset=True)
         assert fast.model_dump_json() == slow.model_dump_json()
