@@ -99,14 +99,25 @@ class Kept:
     Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
     """
 
-    __slots__ = ("affinity", "never", "order", "sigs")
+    __slots__ = ("never", "order", "sigs", "specs")
 
     def __init__(self) -> None:
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
         self.order = KeptOrder()
-        # id(spec) -> (spec, its affinity_key) for the last plan's queue
-        self.affinity: dict[int, tuple[WorkloadSpec, tuple[object, ...]]] = {}
+        # id(spec) -> what is worked out from the spec alone, for the last plan's queue
+        self.specs: dict[int, SpecInfo] = {}
+
+
+class SpecInfo:
+    """What a plan works out from a workload's spec alone (kept while the spec is queued)."""
+
+    __slots__ = ("akey", "no_room", "spec")
+
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self.spec = spec  # held, so its id stays its own while this is kept
+        self.akey = affinity_key(spec)
+        self.no_room: explain.Why | None = None  # explain.no_room(spec), once asked
 
 
 class _Planner:
@@ -133,7 +144,7 @@ class _Planner:
             value = policy.priority(name)
             self.ledger.add(team, model, amount, value, preempting=preempting)
         self.sigs: dict[object, Sig] = {}
-        self.affinity: dict[int, tuple[WorkloadSpec, tuple[object, ...]]] = {}
+        self.specs: dict[int, SpecInfo] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = (
             {} if kept is None else kept.never
         )
@@ -180,7 +191,7 @@ class _Planner:
             key = keys.get(id(spec))
             if key is None:
                 shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
-                akey = self._affinity(spec)
+                akey = self._spec(spec).akey
                 key = keys[id(spec)] = (
                     cls.value,
                     spec.team,
@@ -201,7 +212,7 @@ class _Planner:
                 if not last.waiting_for:
                     failed[key] = (gen, last)
         if self.kept is not None:
-            self.kept.affinity = self.affinity
+            self.kept.specs = self.specs
         taken = frozenset(p.workload_id for p in self.preemptions)
         moves = consolidate(self.capacity, self.running, self.policy, self.now, self._onprem, taken)
         self.preemptions.extend(moves)
@@ -217,7 +228,7 @@ class _Planner:
         reserved_key = spec.team if self.capacity.has_reserved else ""
         avoid = workload.avoid_spokes
         needs = capability_needs(spec, avoid, self.capacity)
-        key = sig_key(spec, team.may_burst, reserved_key, needs, self._affinity(spec))
+        key = sig_key(spec, team.may_burst, reserved_key, needs, self._spec(spec).akey)
         sig = self.sigs.get(key)
         if sig is None:
             sig = self.sigs[key] = self._sig(key, spec, team.may_burst, avoid)
@@ -257,7 +268,10 @@ class _Planner:
             block = blocked[0][2]
             self.unplaced.append(Unplaced(workload.id, block.reason, block.message))
             return
-        reason, message = explain.no_room(spec)
+        info = self._spec(spec)
+        if info.no_room is None:
+            info.no_room = explain.no_room(spec)
+        reason, message = info.no_room
         if self._may_hold(workload):
             if self.oldest is None:
                 self.oldest = oldest_starts(self.running)
@@ -268,15 +282,15 @@ class _Planner:
                 message += f"; holding {spec.nodes} nodes of spoke {spoke} for it"
         self.unplaced.append(Unplaced(workload.id, reason, message))
 
-    def _affinity(self, spec: WorkloadSpec) -> tuple[object, ...]:
-        """`affinity_key(spec)`, worked out once a spec while it stays queued."""
-        found = self.affinity.get(id(spec))
+    def _spec(self, spec: WorkloadSpec) -> SpecInfo:
+        """What is worked out from `spec` alone, once a spec while it stays queued."""
+        found = self.specs.get(id(spec))
         if found is None:
-            kept = self.kept.affinity.get(id(spec)) if self.kept is not None else None
-            if kept is None or kept[0] is not spec:  # the id of a spec gone since
-                kept = (spec, affinity_key(spec))
-            found = self.affinity[id(spec)] = kept
-        return found[1]
+            found = self.kept.specs.get(id(spec)) if self.kept is not None else None
+            if found is None or found.spec is not spec:  # the id of a spec gone since
+                found = SpecInfo(spec)
+            self.specs[id(spec)] = found
+        return found
 
     def _onprem(self, spec: WorkloadSpec) -> Sig:
         """`spec`'s pools without cloud spokes (where consolidated work goes)."""
