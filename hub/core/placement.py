@@ -148,8 +148,9 @@ class _Planner:
         self.never: dict[tuple[object, ...], explain.Why | None] = (
             {} if kept is None else kept.never
         )
-        # (team, signature, model) -> (class value, shape) that found no room by preemption
-        self.no_rescue: dict[tuple[str, object, str, int], list[tuple[int, _Shape]]] = {}
+        # (team, signature, model, level) -> (class value, shape) that found no room by
+        # preemption; a plan has one Sig per signature key, so the Sig itself stands for it
+        self.no_rescue: dict[tuple[str, Sig, str, int], list[tuple[int, _Shape]]] = {}
         self._victims: Victims | None = None
         self.undecided: set[str] = set()
         self.placements: list[Placement] = []
@@ -351,9 +352,11 @@ class _Planner:
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
         ordering = self.policy.ordering
         level = rescue_level(workload, ordering, self.now)
+        # las_victims() has none to give under fifo or at the top level
+        las_on = ordering.mode == "las" and level + 1 <= len(ordering.thresholds_gpu_s)
+        earmarked = workload.id in victims.earmarked  # work stopping for it: look again
         for model in sig.by_model:
-            failed = self.no_rescue.setdefault((spec.team, sig.key, model, level), [])
-            earmarked = workload.id in victims.earmarked  # work stopping for it: look again
+            failed = self.no_rescue.setdefault((spec.team, sig, model, level), [])
             if not earmarked and any(_dominates(f, cls.value, shape) for f in failed):
                 continue
             if not sig.by_model[model]:
@@ -362,7 +365,11 @@ class _Planner:
                 failed.append((cls.value, shape))
                 continue
             rank = model_rank(spec, model)
-            las = list(las_victims(victims, model, spec.team, level, cls.value, ordering, self.now))
+            las = (
+                list(las_victims(victims, model, spec.team, level, cls.value, ordering, self.now))
+                if las_on
+                else []
+            )
             found = rescue(
                 workload,
                 cls,
