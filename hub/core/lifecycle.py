@@ -209,14 +209,14 @@ def place(
     """Open a new attempt on `spoke_id` under the next epoch."""
     phase = advance(lc.phase, Event.PLACE)
     attempt = Attempt(lc.epoch + 1, spoke_id, assignments, placed_at=now)
-    return replace(lc, phase=phase, attempts=(*lc.attempts, attempt))
+    return Lifecycle(phase, (*lc.attempts, attempt), lc.restarts)
 
 
 def start(lc: Lifecycle, epoch: int, now: float, endpoint: str | None = None) -> Lifecycle:
     """The live attempt of `epoch` started running (reached at `endpoint`, if it has one)."""
     live = _live(lc, epoch)
     phase = advance(lc.phase, Event.START)
-    return _with_live(replace(lc, phase=phase), replace(live, started_at=now, endpoint=endpoint))
+    return _with_live(lc, replace(live, started_at=now, endpoint=endpoint), phase)
 
 
 def mark_preempting(lc: Lifecycle, epoch: int, for_workload: str | None) -> Lifecycle:
@@ -266,7 +266,7 @@ def end(
     else:
         final = reason.phase if reason.phase.terminal else Phase.CANCELLED
         phase = advance(lc.phase, _FINAL_EVENT[final])
-    return _with_live(replace(lc, phase=phase, restarts=restarts), ended)
+    return _with_live(lc, ended, phase, restarts)
 
 
 def cancel_queued(lc: Lifecycle) -> Lifecycle:
@@ -296,5 +296,12 @@ def _live(lc: Lifecycle, epoch: int) -> Attempt:
     return live
 
 
-def _with_live(lc: Lifecycle, attempt: Attempt) -> Lifecycle:
-    return replace(lc, attempts=(*lc.attempts[:-1], attempt))
+def _with_live(
+    lc: Lifecycle, attempt: Attempt, phase: Phase | None = None, restarts: int | None = None
+) -> Lifecycle:
+    """`lc` with `attempt` in place of its latest one (and a new phase or restart count)."""
+    return Lifecycle(
+        lc.phase if phase is None else phase,
+        (*lc.attempts[:-1], attempt),
+        lc.restarts if restarts is None else restarts,
+    )
