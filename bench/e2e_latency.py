@@ -41,7 +41,7 @@ import psutil
 
 from bus.client import Bus
 from gpufed.up import UP_POLICY, Federation, SimSpoke
-from schemas import SubmitBatchReply, SubmitReply, subjects
+from schemas import EventPhase, SubmitBatchReply, SubmitReply, parse_events, subjects
 
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=8, gpus=8, model="H100"),
@@ -98,11 +98,12 @@ class Watcher:
             self.placed_at.setdefault(command["workload_id"], time.perf_counter())
 
     async def _on_event(self, msg: Any) -> None:
-        event = json.loads(msg.data)
-        if event.get("phase") == "running" and event["workload_id"] not in self.running_at:
-            self.running_at[event["workload_id"]] = time.perf_counter()
-            self.spoke_of[event["workload_id"]] = event["spoke_id"]
-            self.changed.set()
+        now = time.perf_counter()
+        for event in parse_events(msg.data):  # one, or several in order
+            if event.phase == EventPhase.RUNNING and event.workload_id not in self.running_at:
+                self.running_at[event.workload_id] = now
+                self.spoke_of[event.workload_id] = event.spoke_id
+                self.changed.set()
 
     async def wait_for(self, ids: set[str], settle_s: float) -> None:
         deadline = time.perf_counter() + settle_s

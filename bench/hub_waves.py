@@ -28,7 +28,7 @@ from e2e_latency import FLEET, POLICY, SPEC
 
 from bus.client import Bus
 from gpufed.up import Federation
-from schemas import SubmitReply, subjects
+from schemas import EventPhase, SubmitReply, parse_events, subjects
 
 WARM_UP = 20
 
@@ -40,10 +40,10 @@ async def measure(fed: Federation, size: int, waves: int, pause_s: float) -> dic
     changed = asyncio.Event()
 
     async def on_event(msg: Any) -> None:
-        event = json.loads(msg.data)
-        if event.get("phase") in ("succeeded", "failed"):
-            ended.add(event["workload_id"])
-            changed.set()
+        for event in parse_events(msg.data):  # one, or several in order
+            if event.phase in (EventPhase.SUCCEEDED, EventPhase.FAILED):
+                ended.add(event.workload_id)
+                changed.set()
 
     await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
     hub = psutil.Process(fed.procs["hub"].pid)

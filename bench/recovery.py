@@ -33,7 +33,7 @@ from bus.client import Bus
 from gpufed.client import ApiError, HubClient
 from gpufed.postgres import EmbeddedPostgres
 from gpufed.up import Federation, SimSpoke
-from schemas import SubmitReply, WorkloadEvent, subjects
+from schemas import SubmitReply, parse_events, subjects
 
 FLEET = (
     SimSpoke("eu-1", "eu", nodes=1, gpus=8, model="H100"),
@@ -60,9 +60,11 @@ async def measure(fed: Federation, lost_after: float) -> dict[str, object]:
     running: dict[str, list[tuple[str, float]]] = {}
 
     async def on_event(msg: object) -> None:
-        event = WorkloadEvent.model_validate_json(msg.data)  # type: ignore[attr-defined]
-        if event.phase == "running":
-            running.setdefault(event.workload_id, []).append((event.spoke_id, time.perf_counter()))
+        for event in parse_events(msg.data):  # type: ignore[attr-defined]
+            if event.phase == "running":
+                running.setdefault(event.workload_id, []).append(
+                    (event.spoke_id, time.perf_counter())
+                )
 
     await bus.nc.subscribe(subjects.EVENTS_SUBJECTS, cb=on_event)
 
@@ -126,9 +128,9 @@ async def measure_failover(fed: Federation, runs_file: Path) -> dict[str, object
     started: dict[str, float] = {}
 
     async def on_event(msg: object) -> None:
-        event = WorkloadEvent.model_validate_json(msg.data)  # type: ignore[attr-defined]
-        if event.phase == "running":
-            started.setdefault(event.workload_id, time.perf_counter())
+        for event in parse_events(msg.data):  # type: ignore[attr-defined]
+            if event.phase == "running":
+                started.setdefault(event.workload_id, time.perf_counter())
 
     def spec(name: str) -> dict[str, object]:
         script = f'echo "$GPUFED_WORKLOAD_ID" >> {runs_file}; sleep 0.2'

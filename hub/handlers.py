@@ -35,6 +35,7 @@ from schemas import (
     SyncReply,
     SyncRequest,
     WorkloadEvent,
+    parse_events,
     subjects,
 )
 from schemas.burst import BurstStateReply, InstanceEvent
@@ -186,9 +187,9 @@ class Handlers(Intake):
         Each is acked once the batch is saved; a failed save acks none, so all come back.
         """
         events: list[tuple[str, WorkloadEvent]] = []
-        for msg in msgs:
+        for msg in msgs:  # each holds one event, or several in order (schemas.parse_events)
             try:
-                events.append((msg.subject, WorkloadEvent.model_validate_json(msg.data)))
+                events.extend((msg.subject, event) for event in parse_events(msg.data))
             except ValidationError as exc:
                 self._malformed(msg, exc)
         state = self.state

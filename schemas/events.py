@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from schemas.common import MAX_EPOCH, EventId, Identifier, LongText, ShortText, SpokeId, WireModel
 
@@ -38,3 +40,28 @@ class WorkloadEvent(WireModel):
         pattern=r"^https?://[^\s]+$",
         description="With `running`, for a session or service: the URL its spoke exposes it at.",
     )
+
+
+#: Most events one message on `spoke.<id>.events` carries, and about the most bytes: a spoke's
+#: outbox sends what has queued up in as few messages (a RUNNING wave of a cycle's starts is
+#: one), far inside nats-server's 1 MB max_payload.
+MAX_EVENTS_PER_MESSAGE = 64
+MAX_EVENTS_BYTES = 256 * 1024
+
+_EVENT_LIST: TypeAdapter[list[WorkloadEvent]] = TypeAdapter(
+    Annotated[list[WorkloadEvent], Field(min_length=1, max_length=4 * MAX_EVENTS_PER_MESSAGE)]
+)
+
+
+def events_payload(events: Sequence[bytes]) -> bytes:
+    """One message's payload for these events' JSON, in order: the event itself when it is
+    alone, else a JSON array of them."""
+    return events[0] if len(events) == 1 else b"[" + b",".join(events) + b"]"
+
+
+def parse_events(data: bytes) -> list[WorkloadEvent]:
+    """The events of one message on `spoke.<id>.events`, in order: one event, or a JSON array
+    of them. Raises pydantic's ValidationError for anything else."""
+    if data.lstrip()[:1] == b"[":
+        return _EVENT_LIST.validate_json(data)
+    return [WorkloadEvent.model_validate_json(data)]

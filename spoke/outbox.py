@@ -10,6 +10,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from bus.client import Bus
+from schemas.events import MAX_EVENTS_BYTES, MAX_EVENTS_PER_MESSAGE, events_payload
 from spoke.journal import Journal
 
 log = structlog.get_logger(__name__)
@@ -28,12 +29,13 @@ Outbox = asyncio.Queue[tuple[str, bytes]]
 async def publish_outbox(bus: Bus, journal: Journal, outbox: Outbox, subject: str) -> None:
     """Publish `outbox`'s events to `subject` for ever; never ends on an error.
 
-    One publisher keeps events in order. What has queued up goes out together: every publish
-    of a batch is written before any ack is awaited (pipelined), those not acked in time (or
-    refused) are published again under the same Nats-Msg-Id until JetStream has them, and the
-    journal notes them delivered once all are. A loop that died would leave the hub deaf to
-    this spoke while everything looked healthy: a batch the server refuses is retried slowly
-    (the same ids: nothing is stored twice).
+    One publisher keeps events in order. What has queued up goes out together, in as few
+    messages as fit (`schemas.events_payload`: a JSON array of up to MAX_EVENTS_PER_MESSAGE):
+    every message of a batch is written before any ack is awaited (pipelined), those not
+    acked in time (or refused) are published again, the same message under the same
+    Nats-Msg-Id, until JetStream has them, and the journal notes them delivered once all are.
+    A loop that died would leave the hub deaf to this spoke while everything looked healthy:
+    a batch the server refuses is retried slowly (the same ids: nothing is stored twice).
     """
     acks = _Acks(bus, subject)
     while True:
@@ -41,19 +43,19 @@ async def publish_outbox(bus: Bus, journal: Journal, outbox: Outbox, subject: st
         while len(batch) < OUTBOX_BATCH and not outbox.empty():
             batch.append(outbox.get_nowait())
         journal.flush()  # what the hub hears of is on disk first
-        owed, delay = batch, RETRY_FIRST_S
+        owed, delay = messages_of(batch), RETRY_FIRST_S
         while owed:
             try:
                 owed, refused = await acks.publish(owed, bus.settings.publish_timeout_s)
             except Exception as exc:  # not connected, closed, a full buffer: all again
-                log.warning("event_publish_retry", events=len(owed), error=str(exc) or repr(exc))
+                log.warning("event_publish_retry", messages=len(owed), error=str(exc) or repr(exc))
                 refused = ""
             else:
                 if not owed:
                     break
-                log.warning("event_publish_retry", events=len(owed), error=refused or "timeout")
+                log.warning("event_publish_retry", messages=len(owed), error=refused or "timeout")
             if refused.startswith("400"):  # the server refuses these messages themselves
-                log.error("event_publish_refused", events=len(owed), error=refused)
+                log.error("event_publish_refused", messages=len(owed), error=refused)
                 await asyncio.sleep(REFUSED_RETRY_S)
             else:
                 await asyncio.sleep(delay)
@@ -63,10 +65,38 @@ async def publish_outbox(bus: Bus, journal: Journal, outbox: Outbox, subject: st
             outbox.task_done()
 
 
+#: (Nats-Msg-Id, payload) of one message of events.
+Message = tuple[str, bytes]
+
+
+def messages_of(events: list[tuple[str, bytes]]) -> list[Message]:
+    """`events` (id, JSON) in order, as messages of up to MAX_EVENTS_PER_MESSAGE events and
+    about MAX_EVENTS_BYTES each. A lone event is its own message under its own id; several go
+    under `<first id>..<last id>`: the journal's order fixes what lies between, so a message
+    published again after a restart under the same id holds the same events."""
+    messages: list[Message] = []
+    start, size = 0, 0
+    for i, (_, payload) in enumerate(events):
+        if i > start and (
+            i - start == MAX_EVENTS_PER_MESSAGE or size + len(payload) > MAX_EVENTS_BYTES
+        ):
+            messages.append(_message(events[start:i]))
+            start, size = i, 0
+        size += len(payload) + 1
+    if start < len(events):
+        messages.append(_message(events[start:]))
+    return messages
+
+
+def _message(events: list[tuple[str, bytes]]) -> Message:
+    msg_id = events[0][0] if len(events) == 1 else f"{events[0][0]}..{events[-1][0]}"
+    return msg_id, events_payload([payload for _, payload in events])
+
+
 class _Acks:
     """Pipelined JetStream publishes to one subject, their acks on one inbox subscription.
 
-    Leaner per event than a request each (`Bus.publish_durable`): no future, timer or task
+    Leaner per message than a request each (`Bus.publish_durable`): no future, timer or task
     per publish, a counter for reply tokens, one wait for a whole batch.
     """
 
@@ -76,15 +106,13 @@ class _Acks:
         self._prefix = ""
         self._nc: object = None  # the client that holds the inbox subscription
         self._count = 0
-        self._waiting: dict[str, tuple[str, bytes]] = {}  # reply token -> (event id, JSON)
-        self._refused: list[tuple[str, bytes]] = []
+        self._waiting: dict[str, Message] = {}  # reply token -> message
+        self._refused: list[Message] = []
         self._error = ""
         self._all_in = asyncio.Event()
 
-    async def publish(
-        self, events: list[tuple[str, bytes]], timeout_s: float
-    ) -> tuple[list[tuple[str, bytes]], str]:
-        """Publish `events`; those not stored within `timeout_s` (in order) and the last
+    async def publish(self, messages: list[Message], timeout_s: float) -> tuple[list[Message], str]:
+        """Publish `messages`; those not stored within `timeout_s` (in order) and the last
         error the server gave ("" if none)."""
         nc = self._bus.nc
         if nc is not self._nc:  # (a bus connected afresh is a new client)
@@ -93,30 +121,30 @@ class _Acks:
             self._prefix, self._nc = prefix, nc
         # Every token is noted before the first publish: acks come in while later ones go out.
         first = self._count + 1
-        self._count += len(events)
-        waiting = {str(first + i): event for i, event in enumerate(events)}
+        self._count += len(messages)
+        waiting = {str(first + i): message for i, message in enumerate(messages)}
         self._waiting, self._refused, self._error = waiting, [], ""
         self._all_in.clear()
-        for token, (event_id, payload) in waiting.copy().items():
+        for token, (msg_id, payload) in waiting.copy().items():
             await nc.publish(
                 self._subject,
                 payload,
                 reply=f"{self._prefix}.{token}",
-                headers={"Nats-Msg-Id": event_id},
+                headers={"Nats-Msg-Id": msg_id},
             )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._all_in.wait(), timeout_s)
         self._waiting = {}
-        owed = {id(e) for e in waiting.values()} | {id(e) for e in self._refused}
-        return [e for e in events if id(e) in owed], self._error
+        owed = {id(m) for m in waiting.values()} | {id(m) for m in self._refused}
+        return [m for m in messages if id(m) in owed], self._error
 
     async def _on_ack(self, msg: Msg) -> None:
-        event = self._waiting.pop(msg.subject.rpartition(".")[2], None)
-        if event is None:
-            return  # the ack of a batch given up on (its event was published again)
+        message = self._waiting.pop(msg.subject.rpartition(".")[2], None)
+        if message is None:
+            return  # the ack of a batch given up on (its message was published again)
         error = _error_of(msg)
         if error:
-            self._refused.append(event)
+            self._refused.append(message)
             self._error = error
         if not self._waiting:
             self._all_in.set()

@@ -9,7 +9,7 @@ from pathlib import Path
 from nats.aio.msg import Msg
 
 from bus.client import Bus
-from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, subjects
+from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, parse_events, subjects
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
@@ -26,7 +26,7 @@ async def _collect_events(bus: Bus, spoke_id: str) -> list[WorkloadEvent]:
     events: list[WorkloadEvent] = []
 
     async def collect(msg: Msg) -> None:
-        events.append(WorkloadEvent.model_validate_json(msg.data))
+        events.extend(parse_events(msg.data))  # one, or several in order
 
     await bus.nc.subscribe(subjects.events(spoke_id), cb=collect)
     return events
