@@ -386,11 +386,17 @@ class HubService(HubView):
             wakeup.clear()
             started, cpu = loop.time(), time.thread_time()
             try:
-                await self.check_leases()
-                await self.reaper.reap()
                 # The submissions since the last cycle: planned, then saved with its decisions.
                 self.handlers.take_for_cycle()
-                await self.cycle.run(self.submissions.take())
+                taken = self.submissions.take()
+                try:
+                    await self.check_leases()
+                    await self.reaper.reap()
+                except BaseException as exc:  # none of them kept: each submitter told why
+                    if taken is not None:
+                        taken.failed(exc)
+                    raise
+                await self.cycle.run(taken)
                 self.metrics.cycle_duration.observe(loop.time() - started)
             except Exception:
                 log.exception("cycle_failed")
