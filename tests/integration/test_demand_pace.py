@@ -1,0 +1,68 @@
+"""The demand burst hears: worked out at most every 0.5 s while work waits, at once when the
+queue empties, and sent again at least every 2 s (against a real nats-server)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from bus.client import Bus, BusSettings
+from bus.natsserver import EmbeddedNats
+from hub.core.model import Plan, Reason, Unplaced, Workload
+from hub.core.policy import Policy, Team
+from hub.ports import Store
+from hub.publishing import DEMAND_AT_MOST_EVERY_S, Publisher
+from hub.settings import HubSettings
+from hub.state import HubState
+from schemas import WorkloadSpec
+from schemas.burst import BURST_DEMAND, DemandReport
+from tests.support.wait import wait_until
+
+
+def _waiting(count: int) -> tuple[Plan, dict[str, Workload]]:
+    pending = {
+        f"w{i}": Workload(
+            f"w{i}", WorkloadSpec(name="t", team="ml", command=["true"], gpus=1), submitted_at=0.0
+        )
+        for i in range(count)
+    }
+    unplaced = tuple(Unplaced(wid, Reason.NO_SPOKES, "no spoke") for wid in pending)
+    return Plan(unplaced=unplaced), pending
+
+
+async def test_demand_follows_the_queue_at_most_every_half_second(
+    nats_server: EmbeddedNats,
+) -> None:
+    policy = Policy(teams=(Team(name="ml", may_burst=True),))
+    # The store is never touched by demand.
+    state = HubState(HubSettings(), cast(Store, None), lambda: 0.0, policy)
+    bus = Bus(BusSettings(url=nats_server.url, name="hub"))
+    await bus.connect()
+    heard: list[DemandReport] = []
+
+    async def on_demand(msg: object) -> None:
+        heard.append(DemandReport.model_validate_json(msg.data))  # type: ignore[attr-defined]
+
+    await bus.nc.subscribe(BURST_DEMAND, cb=on_demand)
+    await bus.nc.flush()
+    publisher = Publisher(state, bus)
+    try:
+        await publisher.publish_demand(*_waiting(2), now=100.0)
+        await wait_until(lambda: len(heard) == 1, 10, "the first demand")
+        assert heard[0].items[0].count == 2
+
+        # More waits a moment later: not worked out again yet.
+        await publisher.publish_demand(*_waiting(3), now=100.0 + DEMAND_AT_MOST_EVERY_S / 2)
+        # Half a second on, it is.
+        await publisher.publish_demand(*_waiting(3), now=100.0 + DEMAND_AT_MOST_EVERY_S)
+        await wait_until(lambda: len(heard) == 2, 10, "the second demand")
+        assert heard[1].items[0].count == 3
+
+        # The queue empties: burst hears it at once, however soon.
+        await publisher.publish_demand(Plan(), {}, now=100.0 + DEMAND_AT_MOST_EVERY_S + 0.01)
+        await wait_until(lambda: len(heard) == 3, 10, "the empty demand")
+        assert heard[2].items == ()
+        await asyncio.sleep(0.2)
+        assert len(heard) == 3, "nothing more was sent"
+    finally:
+        await bus.close()
