@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
 
 from hub.core.model import Workload
 from hub.core.ordering import pending_level
@@ -41,23 +42,26 @@ def queue_order(
     policy: Policy,
     now: float,
     share_of: ShareOf,
-) -> Iterator[tuple[Workload, PriorityClass]]:
+) -> Iterator[Entry]:
     """Yield workloads in the order they get a go; `share_of` is re-read between yields.
 
+    Each comes as (submitted_at, id, n, workload, class), `n` its place in `entries`.
     Workloads that claim devices freed for them by preemption go before everything else.
     """
-    claims = sorted(
-        (e for e in entries if e[0].claims_freed), key=lambda e: (e[0].submitted_at, e[0].id)
+    # Entries sort as tuples: by age, then id, then place (a stable sort by age and id).
+    yield from sorted(
+        (w.submitted_at, w.id, n, w, cls) for n, (w, cls) in enumerate(entries) if w.claims_freed
     )
-    yield from claims
-    bands: dict[int, dict[str, list[tuple[Workload, PriorityClass]]]] = {}
+    bands: dict[int, dict[str, list[Entry]]] = {}
     aging = policy.aging
     ages = aging.step > 0 and aging.interval_s > 0
     cap = policy.aging_cap()
     ordering = policy.ordering
     las = ordering.mode == "las"
     level_of: dict[str, int] = {}  # workload id -> level above 0 (ordering las)
-    for workload, cls in entries:
+    last: tuple[int, str] | None = None  # the last entry's band and team, and its queue
+    last_queue: list[Entry] = []
+    for n, (workload, cls) in enumerate(entries):
         if workload.claims_freed:
             continue
         band = cls.value
@@ -66,37 +70,46 @@ def queue_order(
         if level:
             level_of[workload.id] = level  # it ran long: no aging until promoted back to 0
         elif ages and waited > 0 and band < cap:  # queue_priority(), inlined for deep queues
-            band = min(cap, band + aging.step * int(waited // aging.interval_s))
-        bands.setdefault(band, {}).setdefault(workload.spec.team, []).append((workload, cls))
+            band += aging.step * int(waited // aging.interval_s)
+            if band > cap:
+                band = cap
+        team = workload.spec.team
+        if last is None or last[0] != band or last[1] != team:  # a run of one team and band
+            last = (band, team)
+            last_queue = bands.setdefault(band, {}).setdefault(team, [])
+        last_queue.append((workload.submitted_at, workload.id, n, workload, cls))
     for band in sorted(bands, reverse=True):
         queues = bands[band]
         levels: dict[str, list[int]] = {}  # team -> its queue's levels (ordering las)
         heap: list[tuple[int, tuple[float, float], float, str, str, int]] = []
         for team, queue in queues.items():
             if las:
-                keyed = sorted(
-                    ((level_of.get(e[0].id, 0), e[0].submitted_at, e[0].id), e) for e in queue
-                )
-                queue[:] = [e for _, e in keyed]
-                levels[team] = [k[0] for k, _ in keyed]
+                queue.sort(key=lambda e: (level_of.get(e[1], 0), e[0], e[1], e[2]))
+                levels[team] = [level_of.get(e[1], 0) for e in queue]
             else:
-                queue.sort(key=lambda e: (e[0].submitted_at, e[0].id))
-            head = queue[0][0]
+                queue.sort()
+            head = queue[0]
             level = levels[team][0] if las else 0
-            heap.append((level, share_of(team), head.submitted_at, head.id, team, 0))
+            heap.append((level, share_of(team), head[0], head[1], team, 0))
         heapq.heapify(heap)
         while heap:
             _, _, _, _, team, at = heapq.heappop(heap)
             queue = queues[team]
+            if not heap:  # no other team in this band: the rest of this one, in order
+                yield from islice(queue, at, None)
+                break
             size = len(queue)
             while True:  # the same team goes on while it stays first (no heap round trip)
                 yield queue[at]
                 at += 1
                 if at == size:
                     break
-                head = queue[at][0]
+                head = queue[at]
                 level = levels[team][at] if las else 0
-                entry = (level, share_of(team), head.submitted_at, head.id, team, at)
-                if heap and heap[0] < entry:
+                entry = (level, share_of(team), head[0], head[1], team, at)
+                if heap[0] < entry:
                     heapq.heappush(heap, entry)
                     break
+
+
+Entry = tuple[float, str, int, Workload, PriorityClass]
