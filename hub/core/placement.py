@@ -99,25 +99,30 @@ class Kept:
     Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
     """
 
-    __slots__ = ("never", "order", "sigs", "specs")
+    __slots__ = ("kinds", "never", "order", "sigs", "specs", "unplaced")
 
     def __init__(self) -> None:
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
         self.order = KeptOrder()
-        # id(spec) -> what is worked out from the spec alone, for the last plan's queue
+        # id(spec) -> what is worked out from the spec alone, for specs queued lately
         self.specs: dict[int, SpecInfo] = {}
+        # (team, shape, signature) -> a number for it, in a plan's equivalence classes
+        self.kinds: dict[tuple[object, ...], int] = {}
+        # workload id -> the last plan's Unplaced, handed out again when it is the same
+        self.unplaced: dict[str, Unplaced] = {}
 
 
 class SpecInfo:
     """What a plan works out from a workload's spec alone (kept while the spec is queued)."""
 
-    __slots__ = ("akey", "no_room", "spec")
+    __slots__ = ("akey", "kind", "no_room", "spec")
 
     def __init__(self, spec: WorkloadSpec) -> None:
         self.spec = spec  # held, so its id stays its own while this is kept
         self.akey = affinity_key(spec)
         self.no_room: explain.Why | None = None  # explain.no_room(spec), once asked
+        self.kind = -1  # its team, shape and signature as a number (`Kept.kinds`), once asked
 
 
 class _Planner:
@@ -144,7 +149,8 @@ class _Planner:
             value = policy.priority(name)
             self.ledger.add(team, model, amount, value, preempting=preempting)
         self.sigs: dict[object, Sig] = {}
-        self.specs: dict[int, SpecInfo] = {}
+        self.specs: dict[int, SpecInfo] = {} if kept is None else kept.specs
+        self.kinds: dict[tuple[object, ...], int] = {} if kept is None else kept.kinds
         self.never: dict[tuple[object, ...], explain.Why | None] = (
             {} if kept is None else kept.never
         )
@@ -170,50 +176,64 @@ class _Planner:
 
     def run(self, pending: Sequence[Workload]) -> Plan:
         entries: list[tuple[Workload, PriorityClass]] = []
+        # policy.priority_class, as a dict (the first of a name, as it answers)
+        classes = {c.name: c for c in reversed(self.policy.classes)}
         for workload in pending:
-            cls = self.policy.priority_class(workload.spec.priority_class)
+            cls = classes.get(workload.spec.priority_class)
             if cls is None:
                 why = explain.unknown_class(workload.spec.priority_class)
                 self.unplaced.append(Unplaced(workload.id, *why))
             else:
                 entries.append((workload, cls))
-        self.undecided.update(w.id for w, _ in entries)
         earmarked = self.earmarked
+        if earmarked:  # only these are ever asked about (`Victims.may_wait_on`)
+            self.undecided.update(w.id for w, _ in entries if w.id in earmarked)
         failed = self.failed
-        keys: dict[int, tuple[object, ...]] = {}  # id(spec) -> class key; specs live the plan
-        for workload, cls in queue_order(entries, self.policy, self.now, self.ledger.share):
-            wid = workload.id
-            self.undecided.discard(wid)
+        specs = self.specs
+        unplaced = self.unplaced
+        last_plan = self.kept.unplaced if self.kept is not None else {}
+        order = queue_order(entries, self.policy, self.now, self.ledger.share)
+        for _, wid, _, workload, cls in order:
             if wid in earmarked or workload.claims_freed:
+                self.undecided.discard(wid)
                 self.gen += 1  # stopping work preempted for it becomes others' room after it
                 self._decide(workload, cls)
                 continue
             spec = workload.spec
-            key = keys.get(id(spec))
-            if key is None:
-                shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
-                akey = self._spec(spec).akey
-                key = keys[id(spec)] = (
-                    cls.value,
-                    spec.team,
-                    shape,
-                    sig_key(spec, False, "", (), akey),
-                )
+            info = specs.get(id(spec))
+            if info is None or info.spec is not spec:
+                info = self._spec(spec)
+            if info.kind < 0:
+                info.kind = self._kind(spec, info)
             if workload.attained_gpu_s:  # another level may take other victims (ordering)
-                key = (*key, pending_level(workload, self.policy.ordering, self.now))
+                level = pending_level(workload, self.policy.ordering, self.now)
+                key: tuple[int, ...] = (cls.value, info.kind, level)
+            else:
+                key = (cls.value, info.kind)
             seen = failed.get(key)
             if seen is not None and seen[0] == self.gen:
                 same = seen[1]
-                self.unplaced.append(Unplaced(wid, same.reason, same.message))
+                prev = last_plan.get(wid)  # an equal object from the last plan costs less
+                if (
+                    prev is None
+                    or prev.reason is not same.reason
+                    or prev.message != same.message
+                    or prev.waiting_for
+                ):
+                    prev = Unplaced(wid, same.reason, same.message)
+                unplaced.append(prev)
                 continue
-            gen, count = self.gen, len(self.unplaced)
+            gen, count = self.gen, len(unplaced)
             self._decide(workload, cls)
-            if self.gen == gen and len(self.unplaced) > count:
-                last = self.unplaced[-1]
+            if self.gen == gen and len(unplaced) > count:
+                last = unplaced[-1]
                 if not last.waiting_for:
                     failed[key] = (gen, last)
         if self.kept is not None:
-            self.kept.specs = self.specs
+            self.kept.unplaced = {u.workload_id: u for u in unplaced}
+            if len(specs) > 2 * len(pending) + 1024:  # forget the specs no longer queued
+                queued = {id(w.spec) for w in pending}
+                self.kept.specs = {k: v for k, v in specs.items() if k in queued}
         taken = frozenset(p.workload_id for p in self.preemptions)
         moves = consolidate(self.capacity, self.running, self.policy, self.now, self._onprem, taken)
         self.preemptions.extend(moves)
@@ -286,12 +306,18 @@ class _Planner:
     def _spec(self, spec: WorkloadSpec) -> SpecInfo:
         """What is worked out from `spec` alone, once a spec while it stays queued."""
         found = self.specs.get(id(spec))
-        if found is None:
-            found = self.kept.specs.get(id(spec)) if self.kept is not None else None
-            if found is None or found.spec is not spec:  # the id of a spec gone since
-                found = SpecInfo(spec)
-            self.specs[id(spec)] = found
+        if found is None or found.spec is not spec:  # new, or the id of a spec gone since
+            found = self.specs[id(spec)] = SpecInfo(spec)
         return found
+
+    def _kind(self, spec: WorkloadSpec, info: SpecInfo) -> int:
+        """A number for the spec's team, shape and signature (the same for equal ones)."""
+        shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
+        key = (spec.team, shape, sig_key(spec, False, "", (), info.akey))
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.kinds[key] = len(self.kinds)
+        return kind
 
     def _onprem(self, spec: WorkloadSpec) -> Sig:
         """`spec`'s pools without cloud spokes (where consolidated work goes)."""
