@@ -105,6 +105,13 @@ def rescue(
             hold = [(pool, i, capacity_fit.gpus) for pool, i in capacity_fit.parts]
         static: tuple[object, ...] = capacity_fit.rank
     else:
+        las = list(las)  # read twice
+        spokes = {pool.spoke_id for pool in sig.by_model.get(model, ())}
+        if not (
+            any(h.workload.spoke_id in spokes for h in chain(stopping, las))
+            or victims.may_list_on(spokes, team, model, cls.value, reclaim)
+        ):
+            return None  # `_scan` would pass over every candidate: none is on its spokes
         own = victims.own(team, model, cls.value)
         if reclaim:
             own = merge(own, victims.borrowed(model, team), key=VICTIM_ORDER)

@@ -16,7 +16,7 @@ or ended.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from heapq import merge
 
 from hub.core.capacity import EPS, Capacity
@@ -133,6 +133,7 @@ class Victims:
         self._stopping: dict[str, list[Holding]] = {}
         self._borrowed: dict[str, _Replay] = {}
         self._over_teams: dict[str, list[str]] = {}  # model -> teams beyond their guarantee
+        self._departments: dict[str, list[list[Holding]]] = {}  # `_department_borrowed`
 
     def stopping(self, model: str) -> list[Holding]:
         """Work on `model` GPUs already being preempted, by id."""
@@ -211,6 +212,64 @@ class Victims:
             if h.team != team and h.id not in chosen:
                 yield h
 
+    def may_list_on(
+        self, spokes: Container[str], team: str, model: str, below: int, borrowed: bool
+    ) -> bool:
+        """Whether `own(team, model, below)` or (`borrowed`) `borrowed(model, team)` may list
+        work on one of `spokes`: False only when neither does.
+
+        Without the merge into victim order: a team outside departments is read up to its
+        guarantee's line, a department's cut is worked out once for the plan. The team's own
+        work counts whether chosen already or not.
+        """
+        for value, name, _, cls in self._classes.get((team, model), ()):
+            if value >= below:
+                break
+            if cls is not None and cls.preemptible:
+                for h in self._sorted(team, model, name, cls):
+                    if h.workload.spoke_id in spokes:
+                        return True
+        if not borrowed:
+            return False
+        chosen = self.chosen
+        alone, departments = self._borrowers(model)
+        for t in alone:  # its work beyond its guarantee, as `_beyond_own` cuts it
+            over = self._over(t, model) - EPS
+            if t == team:
+                continue
+            counted = 0.0
+            for _, name, _, cls in self._classes.get((t, model), ()):
+                for h in self._sorted(t, model, name, cls):
+                    if counted >= over:
+                        break
+                    if h.preemptible and h.workload.spoke_id in spokes and h.id not in chosen:
+                        return True
+                    counted += h.amount
+                else:
+                    continue
+                break
+        for cut in self._department_borrowed(model, departments):
+            for h in cut:
+                on = h.workload.spoke_id in spokes
+                if on and h.team != team and h.preemptible and h.id not in chosen:
+                    return True
+        return False
+
+    def _department_borrowed(
+        self, model: str, departments: list[tuple[str, list[str]]]
+    ) -> list[list[Holding]]:
+        """Per department, the work `_all_borrowed` takes from its teams, kept for the plan."""
+        found = self._departments.get(model)
+        if found is None:
+            found = self._departments[model] = [
+                list(self._department_cut(dept, members, model)) for dept, members in departments
+            ]
+        return found
+
+    def _department_cut(self, dept: str, members: list[str], model: str) -> Iterator[Holding]:
+        merged = merge(*(self._beyond_own(t, model) for t in members), key=_first_order)
+        return _cut(merged, self._pool_beyond(dept, members, model))
+
     def beyond_guarantee(self, model: str) -> Iterator[tuple[str, float]]:
         """Teams outside departments running `model` GPUs beyond their own guarantee, and how
         many (stopping work not counted; `hub.core.ordering` takes from these)."""
@@ -248,9 +307,11 @@ class Victims:
         streams: list[Iterator[Holding]] = [
             (h for h, _ in self._beyond_own(t, model)) for t in alone
         ]
-        for dept, members in departments:
-            merged = merge(*(self._beyond_own(t, model) for t in members), key=_first_order)
-            streams.append(_cut(merged, self._pool_beyond(dept, members, model)))
+        cuts = self._departments.get(model)  # worked out already: read them again
+        if cuts is not None:
+            streams.extend(iter(cut) for cut in cuts)
+        else:
+            streams.extend(self._department_cut(d, members, model) for d, members in departments)
         for h in merge(*streams, key=VICTIM_ORDER):
             if h.preemptible:
                 yield h

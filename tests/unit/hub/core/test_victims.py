@@ -127,3 +127,44 @@ def test_borrowed_work_is_every_other_teams_work_beyond_its_guarantee_in_victim_
     assert [h.id for h in victims.borrowed("H100", team)] == want
     again = Victims(work, capacity, ledger, policy, order)
     assert [h.id for h in again.borrowed("H100", team)] == want
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    worlds(),
+    st.sampled_from((*TEAMS, "t-none")),
+    st.sampled_from((0, 100, 200, 300, 1000)),
+    st.booleans(),
+    st.data(),
+)
+def test_a_search_on_few_spokes_is_told_when_no_candidate_runs_there(
+    world: tuple[Policy, list[RunningWorkload]],
+    team: str,
+    below: int,
+    borrowed: bool,
+    data: st.DataObject,
+) -> None:
+    """`may_list_on` says False exactly when neither the team's own lower-priority work nor
+    (when asked) other teams' borrowed work lists anything on the spokes; borrowed work reads
+    the same afterwards."""
+    policy, running = world
+    spokes = tuple(f"s{i}" for i in range(12))  # a search on one spoke of 12 sees few
+    running = [
+        RunningWorkload(
+            r.id, r.spec, data.draw(st.sampled_from(spokes)), r.assignments, r.started_at
+        )
+        for r in running
+    ]
+    capacity = Capacity(fleet(spoke("s0", node("n0", "H100", 8))))
+    work = tally(running, capacity.model_of)
+    victims = Victims(work, capacity, Ledger(policy, capacity.total_by_model), policy, None)
+    own = list(victims.own(team, "H100", below))
+    victims.chosen.update(data.draw(st.sets(st.sampled_from([r.id for r in running] or ["-"]))))
+    others = list(victims.borrowed("H100", team)) if borrowed else []
+    fresh = Victims(work, capacity, Ledger(policy, capacity.total_by_model), policy, None)
+    fresh.chosen = victims.chosen
+    wanted = set(data.draw(st.sets(st.sampled_from(spokes), max_size=2)))
+    want = any(h.workload.spoke_id in wanted for h in (*own, *others))
+    assert fresh.may_list_on(wanted, team, "H100", below, borrowed) == want
+    left = [i for i in expected(policy, running, team) if i not in fresh.chosen]
+    assert [h.id for h in fresh.borrowed("H100", team)] == left
