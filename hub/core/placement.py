@@ -207,9 +207,11 @@ class _Planner:
                 info.kind = self._kind(spec, info)
             if workload.attained_gpu_s:  # another level may take other victims (ordering)
                 level = pending_level(workload, self.policy.ordering, self.now)
-                key: tuple[int, ...] = (cls.value, info.kind, level)
+                key: tuple[object, ...] = (cls.value, info.kind, level)
             else:
                 key = (cls.value, info.kind)
+            if workload.avoid_spokes:  # fewer spokes than alike work: maybe none at all
+                key = (*key, workload.avoid_spokes)
             seen = failed.get(key)
             if seen is not None and seen[0] == self.gen:
                 same = seen[1]

@@ -64,6 +64,20 @@ def test_a_failed_shape_is_searched_again_once_something_was_booked() -> None:
     assert why(result)["three-more"][0] == "team_limit"
 
 
+def test_work_every_spoke_refused_is_told_so_behind_alike_work_that_waits() -> None:
+    busy = tuple(
+        running(f"r{n}", s, {n: range(8)}, gpus=8)
+        for s, n in (("s1", "a1"), ("s1", "a2"), ("s2", "b1"), ("s2", "b2"))
+    )
+    refused = pending("refused", at=NOW - 10, gpus=4)
+    refused = Workload(
+        refused.id, refused.spec, refused.submitted_at, avoid_spokes=frozenset({"s1", "s2"})
+    )
+    result = run(pending("waits", at=NOW - 20, gpus=4), refused, active=busy)
+    assert why(result)["waits"][0] == "insufficient_free"
+    assert why(result)["refused"][0] == "runtime_refuses"
+
+
 def test_wide_gang_that_waited_holds_the_nodes_it_needs() -> None:
     # Each spoke has one free node and one half-busy one: the gang (2 x 8) fits nowhere. A
     # small job behind it would take the free GPUs of the held half-busy nodes.
