@@ -385,7 +385,7 @@ class _Planner:
         earmarked = workload.id in victims.earmarked  # work stopping for it: look again
         for model in sig.by_model:
             failed = self.no_rescue.setdefault((spec.team, sig, model, level), [])
-            if not earmarked and any(_dominates(f, cls.value, shape) for f in failed):
+            if failed and not earmarked and any(_dominates(f, cls.value, shape) for f in failed):
                 continue
             if not sig.by_model[model]:
                 # No eligible pool: no room anywhere (rescue() would read every candidate
