@@ -19,9 +19,14 @@ import gc
 import json
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from bench.placement import Fleet, NodeState, SpokeState
+sys.path.insert(0, str(Path(__file__).parent))
+
+from placement import Fleet, NodeState, SpokeState
+
 from gpufed.up import UP_POLICY
 from hub.core.model import Workload
 from hub.core.placement import plan
