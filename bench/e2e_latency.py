@@ -93,9 +93,11 @@ class Watcher:
         await self.bus.nc.subscribe(subjects.COMMANDS_SUBJECTS, cb=self._on_command)
 
     async def _on_command(self, msg: Any) -> None:
-        command = json.loads(msg.data)
-        if command.get("kind") == "place":
-            self.placed_at.setdefault(command["workload_id"], time.perf_counter())
+        now = time.perf_counter()
+        data = json.loads(msg.data)
+        for command in data if isinstance(data, list) else [data]:  # one, or several in order
+            if command.get("kind") == "place":
+                self.placed_at.setdefault(command["workload_id"], now)
 
     async def _on_event(self, msg: Any) -> None:
         now = time.perf_counter()

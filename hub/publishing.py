@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import Mapping, Sequence
 
 import structlog
@@ -23,6 +24,8 @@ from hub.records import DecisionRecord
 from hub.state import HubState
 from schemas import CancelCommand, PlaceCommand, PreemptCommand, burst, parse_command, subjects
 from schemas.burst import DemandReport
+from schemas.commands import MAX_COMMANDS_BYTES, MAX_COMMANDS_PER_MESSAGE
+from schemas.common import json_array
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +54,42 @@ def decision(
     )
 
 
+def command_messages(
+    decisions: Sequence[DecisionRecord],
+) -> list[tuple[tuple[str, bytes, str], list[DecisionRecord]]]:
+    """Decisions as messages (subject, payload, Nats-Msg-Id), each with the decisions it holds:
+    per spoke in their order, up to MAX_COMMANDS_PER_MESSAGE commands and about
+    MAX_COMMANDS_BYTES each (`schemas.parse_commands` reads them). A lone command goes under
+    its decision id, as before; several under the first one's, their count and a digest of
+    every id, so that one id always means the same commands (and a spoke drops a decision it
+    has seen, whatever message brings it again)."""
+    by_subject: dict[str, list[DecisionRecord]] = {}
+    for d in decisions:
+        by_subject.setdefault(d.subject, []).append(d)
+    messages = []
+    for subject, records in by_subject.items():
+        start, size = 0, 0
+        for i, record in enumerate(records):
+            full = i - start == MAX_COMMANDS_PER_MESSAGE
+            if i > start and (full or size + len(record.payload) > MAX_COMMANDS_BYTES):
+                messages.append(_message(subject, records[start:i]))
+                start, size = i, 0
+            size += len(record.payload) + 1
+        messages.append(_message(subject, records[start:]))
+    return messages
+
+
+def _message(
+    subject: str, records: list[DecisionRecord]
+) -> tuple[tuple[str, bytes, str], list[DecisionRecord]]:
+    if len(records) == 1:
+        msg_id = records[0].decision_id
+    else:
+        digest = hashlib.sha256("\n".join(r.decision_id for r in records).encode()).hexdigest()
+        msg_id = f"{records[0].decision_id}+{len(records) - 1}-{digest[:16]}"
+    return (subject, json_array([r.payload for r in records]), msg_id), records
+
+
 class Publisher:
     """Sends saved decisions and the demand report on the bus."""
 
@@ -63,19 +102,23 @@ class Publisher:
         self._marker: asyncio.Task[None] | None = None
 
     async def publish(self, decisions: Sequence[DecisionRecord]) -> None:
-        """Publish saved decisions (each until acked), then mark them published."""
+        """Publish saved decisions (each until acked), then mark them published.
+
+        A spoke's commands go in as few messages (`command_messages`); a Place's stream
+        sequence is its message's.
+        """
         if not decisions:
             return
-        acks = await self.bus.publish_durable_many(
-            [(d.subject, d.payload, d.decision_id) for d in decisions]
-        )
-        for record, ack in zip(decisions, acks, strict=True):
-            w = self.state.workloads.get(record.workload_id)
-            live = w.lifecycle.live if w is not None else None
-            if w is None or live is None:
-                continue
-            if record.decision_id == decision_id(w.id, live.epoch, "place"):
-                w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
+        messages = command_messages(decisions)
+        acks = await self.bus.publish_durable_many([message for message, _ in messages])
+        for (_, records), ack in zip(messages, acks, strict=True):
+            for record in records:
+                w = self.state.workloads.get(record.workload_id)
+                live = w.lifecycle.live if w is not None else None
+                if w is None or live is None:
+                    continue
+                if record.decision_id == decision_id(w.id, live.epoch, "place"):
+                    w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
         self.state.counters["commands_published"] += len(decisions)
         # Marked in the transaction of the next save (under load, milliseconds away): a write
         # of their own was a transaction and a thread hop for every cycle's publish.

@@ -19,10 +19,11 @@ from schemas.commands import (
     PlaceCommand,
     PreemptCommand,
     parse_command,
+    parse_commands,
 )
 from schemas.common import SCHEMA_VERSION, WireModel
 from schemas.errors import ErrorReply, GpufedError
-from schemas.events import EventPhase, WorkloadEvent, events_payload, parse_events
+from schemas.events import EventPhase, WorkloadEvent, parse_events
 from schemas.sync import SyncReply, SyncRequest
 from schemas.workloads import (
     MAX_BATCH,
@@ -63,8 +64,8 @@ __all__ = [
     "WorkloadEvent",
     "WorkloadKind",
     "WorkloadSpec",
-    "events_payload",
     "mig_profile",
     "parse_command",
+    "parse_commands",
     "parse_events",
 ]

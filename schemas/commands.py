@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from schemas.common import MAX_EPOCH, Identifier, ShortText, WireModel
+from schemas.common import MAX_EPOCH, Identifier, ShortText, WireModel, is_json_array
 from schemas.workloads import WorkloadSpec
 
 
@@ -59,3 +59,21 @@ _COMMAND = TypeAdapter(Command)
 def parse_command(data: bytes) -> PlaceCommand | CancelCommand | PreemptCommand:
     """Parse a command from its JSON bytes (raises pydantic.ValidationError)."""
     return _COMMAND.validate_json(data)
+
+
+#: Most commands one message on `spoke.<id>.commands` carries, and about the most bytes (a
+#: Place carries its spec): a cycle's commands to a spoke go in as few messages.
+MAX_COMMANDS_PER_MESSAGE = 64
+MAX_COMMANDS_BYTES = 256 * 1024
+
+_COMMANDS: TypeAdapter[list[PlaceCommand | CancelCommand | PreemptCommand]] = TypeAdapter(
+    Annotated[list[Command], Field(min_length=1, max_length=4 * MAX_COMMANDS_PER_MESSAGE)]
+)
+
+
+def parse_commands(data: bytes) -> list[PlaceCommand | CancelCommand | PreemptCommand]:
+    """The commands of one message, in order: one command, or a JSON array of them (raises
+    pydantic.ValidationError)."""
+    if is_json_array(data):
+        return _COMMANDS.validate_json(data)
+    return [_COMMAND.validate_json(data)]

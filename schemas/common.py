@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
@@ -78,3 +79,14 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     schema_version: int = SCHEMA_VERSION
+
+
+def json_array(items: Sequence[bytes]) -> bytes:
+    """One message's payload for these JSON documents, in order: the document itself when it
+    is alone, else a JSON array of them (events and commands go several to a message)."""
+    return items[0] if len(items) == 1 else b"[" + b",".join(items) + b"]"
+
+
+def is_json_array(data: bytes) -> bool:
+    """Whether `data` holds a JSON array (several documents) rather than one document."""
+    return data.lstrip()[:1] == b"["

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, TypeAdapter
 
-from schemas.common import MAX_EPOCH, EventId, Identifier, LongText, ShortText, SpokeId, WireModel
+from schemas.common import (
+    MAX_EPOCH,
+    EventId,
+    Identifier,
+    LongText,
+    ShortText,
+    SpokeId,
+    WireModel,
+    is_json_array,
+)
 
 
 class EventPhase(StrEnum):
@@ -53,15 +61,9 @@ _EVENT_LIST: TypeAdapter[list[WorkloadEvent]] = TypeAdapter(
 )
 
 
-def events_payload(events: Sequence[bytes]) -> bytes:
-    """One message's payload for these events' JSON, in order: the event itself when it is
-    alone, else a JSON array of them."""
-    return events[0] if len(events) == 1 else b"[" + b",".join(events) + b"]"
-
-
 def parse_events(data: bytes) -> list[WorkloadEvent]:
     """The events of one message on `spoke.<id>.events`, in order: one event, or a JSON array
     of them. Raises pydantic's ValidationError for anything else."""
-    if data.lstrip()[:1] == b"[":
+    if is_json_array(data):
         return _EVENT_LIST.validate_json(data)
     return [WorkloadEvent.model_validate_json(data)]

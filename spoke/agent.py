@@ -25,6 +25,7 @@ from schemas import (
     Assignment,
     CancelCommand,
     CapacityReport,
+    Command,
     EventPhase,
     LeaseAck,
     PlaceCommand,
@@ -35,7 +36,7 @@ from schemas import (
     SyncRequest,
     WorkloadEvent,
     mig_profile,
-    parse_command,
+    parse_commands,
     subjects,
 )
 from schemas.common import clean_text
@@ -137,14 +138,10 @@ class SpokeAgent:
         log_sub = await self.bus.nc.subscribe(subjects.logs(self.settings.id), cb=self._on_log_msg)
         self._lease_inbox = self.bus.nc.new_inbox()
         await self.bus.nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
+        events = subjects.events(self.settings.id)
         tasks = [
             supervise(self._heartbeat_loop(stop), "spoke-heartbeat"),
-            supervise(
-                publish_outbox(
-                    self.bus, self.journal, self._outbox, subjects.events(self.settings.id)
-                ),
-                "spoke-outbox",
-            ),
+            supervise(publish_outbox(self.bus, self.journal, self._outbox, events), "spoke-outbox"),
             supervise(self._fence_loop(stop), "spoke-fence"),
             supervise(self.activity.run(stop), "spoke-activity"),
         ]
@@ -356,12 +353,21 @@ class SpokeAgent:
         with contextlib.suppress(AttributeError, ValueError):
             seq = msg.metadata.sequence.stream
         try:
-            command = parse_command(msg.data)
+            commands = parse_commands(msg.data)  # one, or several in order
         except ValidationError as exc:
             self.counters["malformed"] += 1
             log.warning("malformed_command", subject=msg.subject, error=str(exc)[:500])
             await msg.ack()  # acked so it is not redelivered forever
             return
+        for i, command in enumerate(commands, 1):  # its sequence noted with the last: a spoke
+            # stopped halfway gets the whole message again and drops what it applied
+            await self._apply_command(command, seq if i == len(commands) else None)
+        if seq is not None and seq > self.journal.state.applied_seq:  # (a started Place's
+            self.journal.applied(seq)  # is noted with it, on disk before its process)
+            self.journal.flush()
+        await msg.ack()
+
+    async def _apply_command(self, command: Command, seq: int | None) -> None:
         if command.term < self.fence.term:
             # From a hub that is no longer the leader: the newer leader decides now.
             self.counters["stale_term"] += 1
@@ -375,11 +381,9 @@ class SpokeAgent:
         else:
             self.fence.saw_term(command.term)
             self._stop(command)
-        self._remember(command.decision_id)
-        if seq is not None and seq > self.journal.state.applied_seq:  # (a started Place's
-            self.journal.applied(seq)  # is noted with it, on disk before its process)
-            self.journal.flush()
-        await msg.ack()
+        self._seen[command.decision_id] = None  # (JetStream dedupes only inside its window)
+        while len(self._seen) > SEEN_DECISIONS:
+            self._seen.popitem(last=False)
 
     async def _place(self, command: PlaceCommand, seq: int | None = None) -> None:
         wid = command.workload_id
@@ -442,11 +446,6 @@ class SpokeAgent:
         task = asyncio.create_task(self.runtime.stop(wid, grace_s, phase))
         self._stops.add(task)
         task.add_done_callback(self._stops.discard)
-
-    def _remember(self, decision_id: str) -> None:
-        self._seen[decision_id] = None
-        while len(self._seen) > SEEN_DECISIONS:
-            self._seen.popitem(last=False)
 
     # --- events ---
 

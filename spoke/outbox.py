@@ -10,7 +10,8 @@ import structlog
 from nats.aio.msg import Msg
 
 from bus.client import Bus
-from schemas.events import MAX_EVENTS_BYTES, MAX_EVENTS_PER_MESSAGE, events_payload
+from schemas.common import json_array
+from schemas.events import MAX_EVENTS_BYTES, MAX_EVENTS_PER_MESSAGE
 from spoke.journal import Journal
 
 log = structlog.get_logger(__name__)
@@ -30,7 +31,7 @@ async def publish_outbox(bus: Bus, journal: Journal, outbox: Outbox, subject: st
     """Publish `outbox`'s events to `subject` for ever; never ends on an error.
 
     One publisher keeps events in order. What has queued up goes out together, in as few
-    messages as fit (`schemas.events_payload`: a JSON array of up to MAX_EVENTS_PER_MESSAGE):
+    messages as fit (`schemas.common.json_array`: a JSON array of up to MAX_EVENTS_PER_MESSAGE):
     every message of a batch is written before any ack is awaited (pipelined), those not
     acked in time (or refused) are published again, the same message under the same
     Nats-Msg-Id, until JetStream has them, and the journal notes them delivered once all are.
@@ -90,7 +91,7 @@ def messages_of(events: list[tuple[str, bytes]]) -> list[Message]:
 
 def _message(events: list[tuple[str, bytes]]) -> Message:
     msg_id = events[0][0] if len(events) == 1 else f"{events[0][0]}..{events[-1][0]}"
-    return msg_id, events_payload([payload for _, payload in events])
+    return msg_id, json_array([payload for _, payload in events])
 
 
 class _Acks:

@@ -10,6 +10,7 @@ from nats.aio.msg import Msg
 
 from bus.client import Bus
 from schemas import Assignment, PlaceCommand, WorkloadEvent, WorkloadSpec, parse_events, subjects
+from schemas.common import json_array
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
@@ -63,6 +64,39 @@ async def test_same_decision_published_twice_runs_once(
     await asyncio.sleep(0.3)
     assert (tmp_path / "ran.log").read_text().splitlines() == ["ran"]
     assert [e.phase.value for e in events] == ["running", "succeeded"]
+    await bus.close()
+
+
+async def test_commands_several_to_a_message_each_run_once_even_sent_again(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    bus = await _bus(fed)
+    events = await _collect_events(bus, "eu-1")
+    spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    subject = subjects.commands("eu-1")
+    places = []
+    for wid, device in (("wone", 0), ("wtwo", 1)):
+        spec = WorkloadSpec(
+            name=wid, team="t", command=("sh", "-c", f"echo {wid} >> {tmp_path / 'ran.log'}")
+        )
+        places.append(
+            PlaceCommand(
+                decision_id=f"{wid}-e1-place",
+                workload_id=wid,
+                epoch=1,
+                spec=spec,
+                assignments=(Assignment(node="eu-1-n0", devices=(device,)),),
+            )
+        )
+    message = json_array([p.model_dump_json().encode() for p in places])
+    await bus.publish_durable(subject, message, "both")
+    await wait_until(lambda: sum(e.phase == "succeeded" for e in events) >= 2)
+    # The same commands in a message of another id (a hub that restarted): dropped, each.
+    await bus.publish_durable(subject, message, "both-resent")
+    await wait_until(lambda: spoke.counters["duplicate"] == 2)
+    await asyncio.sleep(0.3)
+    assert sorted((tmp_path / "ran.log").read_text().splitlines()) == ["wone", "wtwo"]
+    assert spoke.journal.state.applied_seq >= 2  # the message's sequence, noted once all ran
     await bus.close()
 
 
