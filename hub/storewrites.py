@@ -33,8 +33,13 @@ NOT_STORED = frozenset({"attempts", *WorkloadRecord.model_computed_fields})
 _NOT_DUMPED = NOT_STORED | {"spec"}
 
 
-def _upsert(table: str, columns: Sequence[str], keys: Sequence[str], mark: str) -> str:
-    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in keys)
+def _upsert(
+    table: str, columns: Sequence[str], keys: Sequence[str], mark: str, fixed: Sequence[str] = ()
+) -> str:
+    """An insert that updates the row its keys name, all but the keys and the `fixed` columns
+    (never changed once written): SQLite rewrites the index entries of every column an UPDATE
+    sets, even to the same value."""
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in (*keys, *fixed))
     return (
         f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(mark for _ in columns)})"
         f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
@@ -61,6 +66,7 @@ class Statements:
                 ("id", "team", "phase", "submitted_at", "spoke_id", "data"),
                 ("id",),
                 mark,
+                fixed=("team", "submitted_at"),  # a workload's team and submission never change
             ),
             attempt=_upsert(
                 "attempts",
@@ -75,6 +81,7 @@ class Statements:
                 ),
                 ("workload_id", "epoch"),
                 mark,
+                fixed=("spoke_id", "placed_at"),  # an attempt's spoke and start never change
             ),
             decision=_upsert(
                 "decisions",
