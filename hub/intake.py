@@ -106,9 +106,7 @@ class Intake:
         saved = None
         try:
             if valid:
-                entry_for = self.state.submit_audit
-                audit = None if entry_for is None else (lambda s, wid: entry_for(s, wid, "ok"))
-                outcomes, saved = self._accept_for_cycle(valid, audit)
+                outcomes, saved = self._accept_for_cycle(valid, self._accepted_entry())
         except Exception:
             log.exception("submit_failed", count=len(valid))
             outcomes = [_INTERNAL] * len(valid)
@@ -215,8 +213,7 @@ class Intake:
     async def _take(self, specs: list[WorkloadSpec]) -> Sequence[_Outcome]:
         """Accept `specs` (saved together, their audit entries with them): per spec, its new
         record or why it was refused."""
-        entry_for = self.state.submit_audit
-        audit = None if entry_for is None else (lambda spec, wid: entry_for(spec, wid, "ok"))
+        audit = self._accepted_entry()
         try:
             if self._submit_many is not None:
                 return await self._submit_many(specs, "", audit=audit)
@@ -236,6 +233,11 @@ class Intake:
             return await self._submit(spec, audit=lambda r: audit(spec, r.id))
         except HubError as exc:
             return exc
+
+    def _accepted_entry(self) -> Callable[[WorkloadSpec, str], AuditEntry] | None:
+        """The audit entry of an accepted submission (spec, workload id), saved with it."""
+        entry_for = self.state.submit_audit
+        return None if entry_for is None else (lambda spec, wid: entry_for(spec, wid, "ok"))
 
     def _refused(self) -> None:
         self.state.counters["submit_invalid"] += 1

@@ -25,7 +25,7 @@ from hub.state import HubState
 from schemas import CancelCommand, PlaceCommand, PreemptCommand, burst, parse_command, subjects
 from schemas.burst import DemandReport
 from schemas.commands import MAX_COMMANDS_BYTES, MAX_COMMANDS_PER_MESSAGE
-from schemas.common import json_array
+from schemas.common import json_array, json_runs
 
 log = structlog.get_logger(__name__)
 
@@ -66,17 +66,13 @@ def command_messages(
     by_subject: dict[str, list[DecisionRecord]] = {}
     for d in decisions:
         by_subject.setdefault(d.subject, []).append(d)
-    messages = []
-    for subject, records in by_subject.items():
-        start, size = 0, 0
-        for i, record in enumerate(records):
-            full = i - start == MAX_COMMANDS_PER_MESSAGE
-            if i > start and (full or size + len(record.payload) > MAX_COMMANDS_BYTES):
-                messages.append(_message(subject, records[start:i]))
-                start, size = i, 0
-            size += len(record.payload) + 1
-        messages.append(_message(subject, records[start:]))
-    return messages
+    return [
+        _message(subject, records[run])
+        for subject, records in by_subject.items()
+        for run in json_runs(
+            [r.payload for r in records], MAX_COMMANDS_PER_MESSAGE, MAX_COMMANDS_BYTES
+        )
+    ]
 
 
 def _message(

@@ -81,6 +81,21 @@ class WireModel(BaseModel):
     schema_version: int = SCHEMA_VERSION
 
 
+def json_runs(payloads: Sequence[bytes], most: int, most_bytes: int) -> list[slice]:
+    """Where to cut `payloads`, in order, into runs that go one JSON array each: at most `most`
+    documents and about `most_bytes` a run (a document larger than that is a run of its own)."""
+    runs: list[slice] = []
+    start, size = 0, 0
+    for i, payload in enumerate(payloads):
+        if i > start and (i - start == most or size + len(payload) > most_bytes):
+            runs.append(slice(start, i))
+            start, size = i, 0
+        size += len(payload) + 1
+    if start < len(payloads):
+        runs.append(slice(start, len(payloads)))
+    return runs
+
+
 def json_array(items: Sequence[bytes]) -> bytes:
     """One message's payload for these JSON documents, in order: the document itself when it
     is alone, else a JSON array of them (events and commands go several to a message)."""

@@ -10,7 +10,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from bus.client import Bus
-from schemas.common import json_array
+from schemas.common import json_array, json_runs
 from schemas.events import MAX_EVENTS_BYTES, MAX_EVENTS_PER_MESSAGE
 from spoke.journal import Journal
 
@@ -75,18 +75,8 @@ def messages_of(events: list[tuple[str, bytes]]) -> list[Message]:
     about MAX_EVENTS_BYTES each. A lone event is its own message under its own id; several go
     under `<first id>..<last id>`: the journal's order fixes what lies between, so a message
     published again after a restart under the same id holds the same events."""
-    messages: list[Message] = []
-    start, size = 0, 0
-    for i, (_, payload) in enumerate(events):
-        if i > start and (
-            i - start == MAX_EVENTS_PER_MESSAGE or size + len(payload) > MAX_EVENTS_BYTES
-        ):
-            messages.append(_message(events[start:i]))
-            start, size = i, 0
-        size += len(payload) + 1
-    if start < len(events):
-        messages.append(_message(events[start:]))
-    return messages
+    runs = json_runs([p for _, p in events], MAX_EVENTS_PER_MESSAGE, MAX_EVENTS_BYTES)
+    return [_message(events[run]) for run in runs]
 
 
 def _message(events: list[tuple[str, bytes]]) -> Message:
