@@ -22,7 +22,7 @@ from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay, free_port
-from spoke.runtime.processes import alive, end_reason, find_wrappers
+from spoke.runtime.processes import alive, end_reason, find_wrappers, until_groups_end
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
@@ -301,6 +301,7 @@ class LocalRuntime:
         launch = run.launch
         if run.procs:
             exit_code, reason = await self._wait_children(run)
+            await until_groups_end([p.pid for p in run.procs])  # each leads its own group
         else:
             exit_code, reason = await self._wait_adopted(run)
         self._runs.pop(launch.workload_id, None)

@@ -3,11 +3,17 @@ and what their exit code means."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+#: How long what is left of a workload's process groups, once its wrapper has ended, gets to
+#: end before it is killed (a TERM trap writing its last line, a child finishing).
+LEFTOVER_GRACE_S = 2.0
 
 
 def find_wrappers(exit_files: list[str]) -> list[int]:
@@ -42,6 +48,48 @@ def alive(pid: int, workload_id: str) -> bool:
         except ProcessLookupError:
             return False
         return True
+
+
+async def until_groups_end(groups: Sequence[int], grace_s: float = LEFTOVER_GRACE_S) -> None:
+    """Return once no process is left in the process groups `groups` (each led by one of a
+    workload's wrappers); what is still there after `grace_s` is killed.
+
+    A wrapper's end is not its workload's: killed by a stop's TERM, it goes at once while the
+    command it ran (its own group member) may still be finishing, a TERM trap for instance.
+    The workload's devices are free, and its end may be reported, only once all of it is gone:
+    else the hub starts it again elsewhere while it still runs here.
+    """
+    deadline = time.monotonic() + grace_s
+    killed = False
+    while left := [g for g in groups if _group_alive(g)]:
+        if time.monotonic() >= deadline:
+            if killed:  # zombies nobody reaps (an orphan's parent that never waits): gone
+                return
+            for group in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+            killed, deadline = True, time.monotonic() + 1.0
+        await asyncio.sleep(0.01)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process other than a zombie is left in process group `group`."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # members of another user's (run_as): still there
+        pass
+    # Zombies count for kill(): an orphan's zombie waits for its new parent to reap it.
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(fields[2]) == group and fields[0] != "Z":
+                        return True
+        return False
+    return True  # no /proc (not Linux): kill() is all we can know
 
 
 #: A kernel thread's flag in /proc/PID/stat: it never has a command line or environment.

@@ -216,3 +216,30 @@ async def test_every_rank_writes_to_one_log_readable_from_the_start(tmp_path: Pa
         (EventPhase.RUNNING, None),
         (EventPhase.SUCCEEDED, 0),
     ]
+
+
+async def test_a_stopped_workload_is_reported_ended_only_once_all_of_it_has_ended(
+    tmp_path: Path,
+) -> None:
+    # Its TERM trap takes a while: the wrapper around it goes at once, the command does not.
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    trap = f"trap 'sleep 0.5; echo bye > {done}; exit 143' TERM"
+    script = f"{trap}; touch {ready}; while :; do sleep 0.05; done"
+    events: list[RuntimeEvent] = []
+    ended_with_it_done: list[bool] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+        if event.phase != EventPhase.RUNNING:
+            ended_with_it_done.append(done.exists())
+
+    runtime = LocalRuntime(sink, tmp_path / "logs")
+    try:
+        await runtime.start(_launch("w1", script))
+        await wait_until(ready.exists, timeout=10, what="w1 running, its trap set")
+        await runtime.stop("w1", 5.0, EventPhase.PREEMPTED)
+        await wait_until(lambda: len(events) == 2, timeout=10, what="the end of w1")
+    finally:
+        await runtime.close()
+    assert events[1].phase == EventPhase.PREEMPTED
+    assert ended_with_it_done == [True], "reported ended while its trap still ran"
