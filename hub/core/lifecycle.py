@@ -214,20 +214,36 @@ def place(
 
 def start(lc: Lifecycle, epoch: int, now: float, endpoint: str | None = None) -> Lifecycle:
     """The live attempt of `epoch` started running (reached at `endpoint`, if it has one)."""
-    live = _live(lc, epoch)
+    a = _live(lc, epoch)
     phase = advance(lc.phase, Event.START)
-    return _with_live(lc, replace(live, started_at=now, endpoint=endpoint), phase)
+    # Spelled out, here and below: dataclasses.replace looks the fields up on every call,
+    # and the hub moves every workload through these at hundreds a second (a unit test checks
+    # that each move keeps every field it does not set).
+    started = Attempt(
+        a.epoch, a.spoke_id, a.assignments, a.placed_at, now, a.ended_at, a.end_reason,
+        a.exit_code, a.preempting, a.preempted_for, a.command_seq, endpoint,
+    )  # fmt: skip
+    return _with_live(lc, started, phase)
 
 
 def mark_preempting(lc: Lifecycle, epoch: int, for_workload: str | None) -> Lifecycle:
     """A Preempt went out for the live attempt of `epoch` (the phase does not change)."""
-    live = _live(lc, epoch)
-    return _with_live(lc, replace(live, preempting=True, preempted_for=for_workload))
+    a = _live(lc, epoch)
+    marked = Attempt(
+        a.epoch, a.spoke_id, a.assignments, a.placed_at, a.started_at, a.ended_at, a.end_reason,
+        a.exit_code, True, for_workload, a.command_seq, a.endpoint,
+    )  # fmt: skip
+    return _with_live(lc, marked)
 
 
 def note_command_seq(lc: Lifecycle, epoch: int, seq: int) -> Lifecycle:
     """Record the command stream sequence of the live attempt's Place."""
-    return _with_live(lc, replace(_live(lc, epoch), command_seq=seq))
+    a = _live(lc, epoch)
+    noted = Attempt(
+        a.epoch, a.spoke_id, a.assignments, a.placed_at, a.started_at, a.ended_at, a.end_reason,
+        a.exit_code, a.preempting, a.preempted_for, seq, a.endpoint,
+    )  # fmt: skip
+    return _with_live(lc, noted)
 
 
 def verdict(reason: EndReason, restarts: int, rules: RetryRules) -> Verdict:
@@ -255,8 +271,11 @@ def end(
     A cancelled workload is never retried; one whose end would have been requeued for free
     (preempted, lost on its spoke) ends cancelled.
     """
-    live = _live(lc, epoch)
-    ended = replace(live, ended_at=now, end_reason=reason, exit_code=exit_code)
+    a = _live(lc, epoch)
+    ended = Attempt(
+        a.epoch, a.spoke_id, a.assignments, a.placed_at, a.started_at, now, reason,
+        exit_code, a.preempting, a.preempted_for, a.command_seq, a.endpoint,
+    )  # fmt: skip
     outcome = verdict(reason, lc.restarts, rules)
     restarts = lc.restarts
     if outcome is Verdict.REQUEUE:

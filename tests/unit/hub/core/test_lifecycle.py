@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -229,3 +230,35 @@ def test_a_refusal_for_the_spokes_own_state_is_requeued_free_and_any_other_count
     assert lifecycle.reported_end(EventPhase.REJECTED, "bad_assignment") is EndReason.REJECTED
     assert lifecycle.reported_end(EventPhase.PREEMPTED, "fenced") is EndReason.PREEMPTED
     assert lifecycle.reported_end(EventPhase.FAILED, None) is EndReason.FAILED
+
+
+def test_each_move_of_an_attempt_keeps_every_field_it_does_not_set() -> None:
+    """The moves spell out the Attempt they make (for speed): a field added to Attempt and
+    left out of one of them would be reset to its default on every such move."""
+    fields = dataclasses.fields(lifecycle.Attempt)
+    assert {f.name for f in fields if f.default is dataclasses.MISSING} == {
+        "epoch", "spoke_id", "assignments", "placed_at"
+    }  # fmt: skip
+    # Every field away from its default, so a move that drops one shows.
+    odd: dict[str, object] = {"epoch": 1, "spoke_id": "s1", "assignments": DEVICES}
+    odd |= {"placed_at": 1.0, "ended_at": None, "end_reason": None}  # live: moves apply
+    samples = {float: 1.5, str: "x", int: 7, bool: True}
+    for f in fields:
+        if f.name not in odd:
+            kind = next(t for t in samples if t.__name__ in str(f.type))
+            odd[f.name] = samples[kind]
+    live = lifecycle.Attempt(**odd)  # type: ignore[arg-type]
+    lc = Lifecycle(Phase.PLACED, (live,), 0)
+    moves = {
+        "start": (lifecycle.start(lc, 1, 9.0, "http://x"), {"started_at", "endpoint"}),
+        "preempt": (lifecycle.mark_preempting(lc, 1, "w2"), {"preempting", "preempted_for"}),
+        "seq": (lifecycle.note_command_seq(lc, 1, 99), {"command_seq"}),
+        "end": (
+            lifecycle.end(lc, 1, EndReason.FAILED, 9.0, RetryRules(), 3),
+            {"ended_at", "end_reason", "exit_code"},
+        ),
+    }
+    for name, (moved, changed) in moves.items():
+        after = moved.attempts[-1]
+        kept = {f.name for f in fields} - changed
+        assert {k: getattr(after, k) for k in kept} == {k: odd[k] for k in kept}, name
