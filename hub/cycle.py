@@ -14,6 +14,7 @@ from hub.core.ordering import served
 from hub.core.planstate import PlanState
 from hub.ids import decision_id
 from hub.leases import Leases
+from hub.loglines import LineThrottle
 from hub.publishing import Publisher, decision
 from hub.records import DecisionRecord, WorkloadRecord
 from hub.state import HubState
@@ -29,8 +30,6 @@ _Cached = tuple[object, Phase, int, Workload | RunningWorkload | None, _Active |
 
 #: Every this many cycles the kept placement state is compared with one set up from scratch.
 VERIFY_EVERY = 200
-#: Least time between two info lines of what the cycles placed.
-PLACED_LOG_EVERY_S = 1.0
 
 
 class Cycle:
@@ -46,9 +45,7 @@ class Cycle:
         # Unchanged nodes and spokes stay the same objects, which the PlanState skips with `is`.
         self.snapshots = SnapshotBuilder()
         self._cycles = 0
-        # Workloads placed and cycles that placed them since the last info line, and its time.
-        self._placed = self._placing_cycles = 0
-        self._placed_logged_at = float("-inf")
+        self._placed_lines = LineThrottle()  # `cycle_placed` at info at most every second
         # workload id -> (attempts, phase, refusals, core view, (view, epoch, Place's sequence))
         # as of the last cycle that saw it
         self._cache: dict[str, _Cached] = {}
@@ -77,19 +74,15 @@ class Cycle:
         return result
 
     def _log_placed(self, placed: int, pending: int, now: float) -> None:
-        """`cycle_placed` at info at most every PLACED_LOG_EVERY_S, with what the cycles since
-        the last one placed (each cycle's own at debug): under load a line per cycle was 50
-        lines a second and a sixtieth of the hub's CPU."""
-        if placed:
+        """`cycle_placed` at info at most every second (`hub.loglines`), with what the cycles
+        since the last one placed; each cycle's own at debug."""
+        if not placed:
+            return
+        held = self._placed_lines.allow(now, placed)
+        if held is None:
             log.debug("cycle_placed", placed=placed, pending=pending)
-            self._placed += placed
-            self._placing_cycles += 1
-        if self._placed and now - self._placed_logged_at >= PLACED_LOG_EVERY_S:
-            log.info(
-                "cycle_placed", placed=self._placed, cycles=self._placing_cycles, pending=pending
-            )
-            self._placed = self._placing_cycles = 0
-            self._placed_logged_at = now
+        else:
+            log.info("cycle_placed", placed=placed + held, pending=pending)
 
     async def _plan_and_save(self, taken: Taken | None) -> tuple[Plan, list[DecisionRecord]]:
         state = self.state

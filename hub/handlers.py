@@ -24,6 +24,7 @@ from hub.idle import note_activity
 from hub.intake import AcceptForCycle, Intake, Replier
 from hub.intake import validation_error as validation_error
 from hub.leases import Leases
+from hub.loglines import LineThrottle
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
 from hub.usage import accrue_bill
@@ -64,6 +65,7 @@ class Handlers(Intake):
         self.leases = leases
         self._reconcile = reconcile
         self._spoke_persisted: dict[str, float] = {}
+        self._finished_lines = LineThrottle()  # `workloads_finished` at most every second
 
     async def on_capacity(self, msg: Msg) -> None:
         """`spoke.<id>.capacity`: renew the spoke's lease, keep its report."""
@@ -221,7 +223,9 @@ class Handlers(Intake):
                 for record in changed.values():
                     if record.phase.terminal:
                         state.forget(record.id)
-                transitions.log_finished(list(changed.values()))
+                transitions.log_finished(
+                    list(changed.values()), self._finished_lines, state.clock()
+                )
         await self._bus.ack(msgs)
         state.counters["events"] += len(events)
         if any(e.phase != EventPhase.RUNNING for _, e in events):

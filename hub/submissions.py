@@ -13,6 +13,7 @@ from hub.audit import log_written
 from hub.authstore import AuditEntry
 from hub.errors import InvalidWorkload, TooMany, Unavailable
 from hub.ids import new_workload_id
+from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from hub.state import HubState
 from schemas import Phase, WorkloadSpec
@@ -31,6 +32,7 @@ class Submissions:
         self._waiting: list[_Waiting] = []  # for the committer
         self._for_cycle: list[_Waiting] = []  # for the next cycle's transaction (`take`)
         self._committer: asyncio.Task[None] | None = None
+        self._audit_lines = LineThrottle()  # the info lines of saved submissions' audit entries
 
     def queued_counts(self) -> QueuedCounts:
         """Queued workloads per team, those still being saved included (for `max_queued`)."""
@@ -108,7 +110,7 @@ class Submissions:
     def take(self) -> Taken | None:
         """What waits for this cycle (the cycle loop calls this just before it plans)."""
         batch, self._for_cycle = self._for_cycle, []
-        return Taken(self.state, batch) if batch else None
+        return Taken(self.state, batch, self._audit_lines) if batch else None
 
     def release(self) -> None:
         """Save what waits for a cycle that will not come (the cycle loop stopped)."""
@@ -129,7 +131,7 @@ class Submissions:
                 await self._commit_batch(batch)
 
     async def _commit_batch(self, batch: list[_Waiting]) -> None:
-        taken = Taken(self.state, batch)
+        taken = Taken(self.state, batch, self._audit_lines)
         try:
             # Saved without the lock: nothing else holds these new records yet, and a save
             # waiting beside the cycle's or the events' is committed in their transaction.
@@ -147,9 +149,10 @@ class Submissions:
 class Taken:
     """New workloads saved together, and their submitters waiting for that save."""
 
-    def __init__(self, state: HubState, batch: list[_Waiting]) -> None:
+    def __init__(self, state: HubState, batch: list[_Waiting], lines: LineThrottle) -> None:
         self.state = state
         self.batch = batch
+        self._lines = lines
         self.records = [r for rs, _, _ in batch for r in rs]
         self.audits = [e for _, es, _ in batch for e in es]
         self.is_saved = False
@@ -161,8 +164,10 @@ class Taken:
             if not done.done():  # its submitter may have gone away
                 done.set_result(None)
         self.state.counters["submitted"] += len(self.records)
-        if self.audits:
-            log_written(self.audits)
+        if self.audits:  # an info line at most every second (hub.loglines); the store has all
+            held = self._lines.allow(self.state.clock(), len(self.audits))
+            if held is not None:
+                log_written(self.audits, unlisted=held)
         for record in self.records:
             log.debug(  # each submission's info line is its audit entry's
                 "workload_submitted",

@@ -15,6 +15,7 @@ from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason, Verdict
 from hub.core.model import RunningWorkload
 from hub.core.ordering import served
+from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from schemas import Assignment, Phase
 
@@ -68,22 +69,31 @@ def end(
     return ended
 
 
-def log_finished(records: Sequence[WorkloadRecord]) -> None:
+def log_finished(
+    records: Sequence[WorkloadRecord], lines: LineThrottle | None = None, now: float = 0.0
+) -> None:
     """One info line for the workloads of `records` that reached a terminal phase.
 
     One line per batch, not per workload: at hundreds of workloads a second a line each was a
-    fifth of the hub's CPU. A single one keeps its old shape (`workload_finished`).
+    fifth of the hub's CPU; and at most a line a second (`lines`): a batch's line held back is
+    counted in the next one's `unlisted`. A single one keeps its old shape (`workload_finished`).
     """
     done = [w for w in records if w.phase.terminal]
-    if len(done) == 1:
+    if not done:
+        return
+    held = lines.allow(now, len(done)) if lines is not None else 0
+    if held is None:
+        return
+    if len(done) == 1 and not held:
         w = done[0]
         log.info("workload_finished", workload=w.id, phase=w.phase.value, exit_code=_code(w))
-    elif done:
-        log.info(
-            "workloads_finished",
-            count=len(done),
-            workloads=[_finished(w) for w in done],
-        )
+        return
+    log.info(
+        "workloads_finished",
+        count=len(done),
+        workloads=[_finished(w) for w in done],
+        **({"unlisted": held} if held else {}),
+    )
 
 
 def _code(w: WorkloadRecord) -> int | None:
