@@ -225,6 +225,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _hub(args: argparse.Namespace) -> int:
+    from gpufed.compose import loop
     from gpufed.compose.hub import serve_hub
     from hub.errors import HubError
     from hub.settings import HubSettings
@@ -247,7 +248,7 @@ def _hub(args: argparse.Namespace) -> int:
         event_domains=tuple(args.event_domain),
     )
     try:
-        asyncio.run(serve_hub(settings))
+        loop.run(serve_hub(settings))
     except (HubError, OSError) as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
