@@ -239,7 +239,6 @@ class Cycle:
             self.state.claims.discard(placement.workload_id)
             w = workloads[placement.workload_id]
             transitions.place(w, placement.spoke_id, placement.assignments, now)
-            self.state.metrics.placements.inc()
             command = PlaceCommand(
                 decision_id=decision_id(w.id, w.epoch, "place"),
                 workload_id=w.id,
@@ -250,6 +249,8 @@ class Cycle:
             )
             decisions.append(decision(command, placement.spoke_id, now))
             changed.append(w)
+        if result.placements:
+            self.state.metrics.placements.inc(len(result.placements))
         for preemption in result.preemptions:
             w = workloads[preemption.workload_id]
             if w.preempting:

@@ -169,15 +169,21 @@ class Publisher:
         work waits, at once when none does), and at least every 2 s."""
         if result.unplaced and now - self._demand_worked_out_at < DEMAND_AT_MOST_EVERY_S:
             return
+        if not result.unplaced and not self.demand.items and not self._demand_due(now):
+            return  # nothing waits, and burst was told so less than DEMAND_EVERY_S ago
         self._demand_worked_out_at = now
         report = unplaceable_demand(
             result.unplaced, pending, self.state.policy_at(now), now, self.demand.seq + 1
         ).model_copy(update={"term": self.state.term})
         if self.state.burst_budget is not None:
             report = report.model_copy(update={"budget": self.state.burst_budget})
-        if report.items == self.demand.items and now - self._demand_published_at < DEMAND_EVERY_S:
+        if report.items == self.demand.items and not self._demand_due(now):
             return
         self.demand = report
         self._demand_published_at = now
         with contextlib.suppress(Exception):  # a lost report is replaced by the next one
             await self.bus.publish(burst.BURST_DEMAND, report.model_dump_json().encode())
+
+    def _demand_due(self, now: float) -> bool:
+        """Whether the demand report is due again even unchanged (burst's heartbeat)."""
+        return now - self._demand_published_at >= DEMAND_EVERY_S

@@ -11,7 +11,7 @@ from bus.natsserver import EmbeddedNats
 from hub.core.model import Plan, Reason, Unplaced, Workload
 from hub.core.policy import Policy, Team
 from hub.ports import Store
-from hub.publishing import DEMAND_AT_MOST_EVERY_S, Publisher
+from hub.publishing import DEMAND_AT_MOST_EVERY_S, DEMAND_EVERY_S, Publisher
 from hub.settings import HubSettings
 from hub.state import HubState
 from schemas import WorkloadSpec
@@ -64,5 +64,14 @@ async def test_demand_follows_the_queue_at_most_every_half_second(
         assert heard[2].items == ()
         await asyncio.sleep(0.2)
         assert len(heard) == 3, "nothing more was sent"
+
+        # Cycles while nothing waits send nothing, until the 2 s heartbeat.
+        emptied = 100.0 + DEMAND_AT_MOST_EVERY_S + 0.01
+        await publisher.publish_demand(Plan(), {}, now=emptied + DEMAND_EVERY_S / 2)
+        await asyncio.sleep(0.2)
+        assert len(heard) == 3, "an unchanged empty demand waits for the heartbeat"
+        await publisher.publish_demand(Plan(), {}, now=emptied + DEMAND_EVERY_S)
+        await wait_until(lambda: len(heard) == 4, 10, "the heartbeat")
+        assert heard[3].items == () and heard[3].seq > heard[2].seq
     finally:
         await bus.close()
