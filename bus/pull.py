@@ -89,8 +89,9 @@ class Puller:
             self._wake.clear()
             if self._arrived or self._gone:
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(until, self._deadline) - now)
+            with contextlib.suppress(TimeoutError):  # (asyncio.timeout: no task per wait)
+                async with asyncio.timeout(min(until, self._deadline) - now):
+                    await self._wake.wait()
         msgs, self._arrived = self._arrived[:limit], self._arrived[limit:]
         return msgs
 

@@ -375,8 +375,10 @@ class HubService(HubView):
         earliest = 0.0
         cost = 0.0  # what a cycle costs the event loop's thread: CPU seconds, smoothed
         while not stop.is_set():
+            # asyncio.timeout, not wait_for: no task of its own for every wait.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), timeout=self._until_next_cycle())
+                async with asyncio.timeout(self._until_next_cycle()):
+                    await wakeup.wait()
             # Debounced, and no sooner after the last cycle's start than cycle_interval_s or
             # twice what cycles cost: under load a cycle takes all that arrived meanwhile, its
             # fixed cost is shared among them, and planning holds at most half the hub.
