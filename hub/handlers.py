@@ -199,7 +199,7 @@ class Handlers(Intake):
             changed: dict[str, WorkloadRecord] = {}
             for subject, event in events:
                 record = state.workloads.get(event.workload_id)
-                live = record.lifecycle.live if record is not None else None
+                live = record.live if record is not None else None
                 attempt = next(
                     (a for a in (record.attempts if record else ()) if a.epoch == event.epoch),
                     None,

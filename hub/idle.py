@@ -30,7 +30,7 @@ def note_activity(state: HubState, report: CapacityReport, now: float) -> None:
     threshold = state.policy_at(now).idle.util_percent
     for ref in report.running:
         w = state.workloads.get(ref.workload_id)
-        live = w.lifecycle.live if w is not None else None
+        live = w.live if w is not None else None
         if live is None or live.epoch != ref.epoch or live.spoke_id != report.spoke_id:
             continue
         previous = state.activity.get(ref.workload_id)
@@ -104,7 +104,7 @@ class IdleReaper:
             ]
             for stop in decide(watched, policy.sessions, policy.idle, now):
                 w = state.workloads[stop.workload_id]
-                live = w.lifecycle.live
+                live = w.live
                 assert live is not None
                 w.cancel_requested = True
                 w.stop_reason, w.stop_notice = stop.reason.value, stop.message

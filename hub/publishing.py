@@ -110,7 +110,7 @@ class Publisher:
         for (_, records), ack in zip(messages, acks, strict=True):
             for record in records:
                 w = self.state.workloads.get(record.workload_id)
-                live = w.lifecycle.live if w is not None else None
+                live = w.live if w is not None else None
                 if w is None or live is None:
                     continue
                 if record.decision_id == decision_id(w.id, live.epoch, "place"):

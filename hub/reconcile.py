@@ -31,11 +31,11 @@ async def reconcile(state: HubState, request: SyncRequest) -> SyncReply:
     async with state.lock:
         now = state.clock()
         for wid, epoch in sorted(running.items()):
-            live = w.lifecycle.live if (w := state.workloads.get(wid)) else None
+            live = w.live if (w := state.workloads.get(wid)) else None
             if live is None or live.spoke_id != spoke_id or live.epoch != epoch:
                 stop.append(RunningRef(workload_id=wid, epoch=epoch))
         for w in list(state.workloads.values()):
-            live = w.lifecycle.live
+            live = w.live
             lost = (
                 live is not None
                 and live.spoke_id == spoke_id
@@ -69,7 +69,7 @@ async def declare_lost(state: HubState, spoke: SpokeRecord, now: float) -> None:
         spoke.lost_at = now
         changed = []
         for w in list(state.workloads.values()):
-            live = w.lifecycle.live
+            live = w.live
             if live is None or live.spoke_id != spoke.id:
                 continue
             detail = f"spoke {spoke.id} silent for {now - spoke.last_seen:.0f}s"

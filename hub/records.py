@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, computed_field
 
-from hub.core.lifecycle import Attempt, Lifecycle, RetryRules
+from hub.core.lifecycle import Attempt, Lifecycle, RetryRules, live_attempt
 from schemas import Assignment, CapacityReport, Phase, RestartPolicy, WorkloadSpec
 
 
@@ -51,7 +51,14 @@ class WorkloadRecord(BaseModel):
 
     @lifecycle.setter
     def lifecycle(self, lc: Lifecycle) -> None:
-        self.phase, self.attempts, self.restarts = lc.phase, lc.attempts, lc.restarts
+        self.phase, self.attempts = lc.phase, lc.attempts
+        if lc.restarts != self.restarts:  # seldom: each assignment is pydantic's __setattr__
+            self.restarts = lc.restarts
+
+    @property
+    def live(self) -> Attempt | None:
+        """The live attempt (`Lifecycle.live`, without building the lifecycle)."""
+        return live_attempt(self.attempts)
 
     @property
     def retry_rules(self) -> RetryRules:
@@ -99,7 +106,7 @@ class WorkloadRecord(BaseModel):
     @property
     def endpoint(self) -> str | None:
         """A running session's or service's URL, as its spoke reported it."""
-        live = self.lifecycle.live
+        live = self.live
         return live.endpoint if live is not None and self.phase == Phase.RUNNING else None
 
     @computed_field  # type: ignore[prop-decorator]
@@ -114,21 +121,21 @@ class WorkloadRecord(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def preempting(self) -> bool:
-        live = self.lifecycle.live
+        live = self.live
         return live is not None and live.preempting
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def preempted_for(self) -> str | None:
         """The pending workload its live attempt is being stopped for."""
-        live = self.lifecycle.live
+        live = self.live
         return live.preempted_for if live else None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def command_seq(self) -> int | None:
         """Command stream sequence of the live attempt's Place."""
-        live = self.lifecycle.live
+        live = self.live
         return live.command_seq if live else None
 
     def note(self, at: float, event: str, detail: str = "") -> None:

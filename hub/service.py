@@ -334,7 +334,7 @@ class HubService(HubView):
                     raise NotFound(f"no workload {workload_id}")
                 raise Conflict(f"workload {workload_id} already ended {stored.phase.value}")
             now = self.clock()
-            live = record.lifecycle.live
+            live = record.live
             if live is None:
                 transitions.cancel_queued(record, now)
                 self.state.forget(workload_id)

@@ -116,7 +116,7 @@ def cancel_queued(w: WorkloadRecord, now: float) -> None:
 
 def as_running(w: WorkloadRecord) -> RunningWorkload | None:
     """The core's view of a workload that holds GPUs; None if it holds none."""
-    live = w.lifecycle.live
+    live = w.live
     if live is None:
         return None
     return RunningWorkload(

@@ -180,14 +180,19 @@ class Lifecycle:
     @property
     def live(self) -> Attempt | None:
         """The attempt not ended yet, if any (only the latest can be)."""
-        if self.attempts and self.attempts[-1].live:
-            return self.attempts[-1]
-        return None
+        return live_attempt(self.attempts)
 
     @property
     def epoch(self) -> int:
         """The latest attempt's epoch; 0 before the first placement."""
         return self.attempts[-1].epoch if self.attempts else 0
+
+
+def live_attempt(attempts: tuple[Attempt, ...]) -> Attempt | None:
+    """Of `attempts` (oldest first), the one not ended yet, if any: only the latest can be."""
+    if attempts and attempts[-1].live:
+        return attempts[-1]
+    return None
 
 
 def advance(phase: Phase, event: Event) -> Phase:
