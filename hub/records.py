@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, Field, computed_field
 
 from hub.core.lifecycle import Attempt, Lifecycle, RetryRules, live_attempt
 from schemas import Assignment, CapacityReport, Phase, RestartPolicy, WorkloadSpec
 
 
-class HistoryEntry(BaseModel):
-    """One thing that happened to a workload (kept across requeues)."""
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One thing that happened to a workload (kept across requeues).
+
+    A dataclass, not a model: the hub writes four or more per workload, and a model validated
+    each on construction; pydantic still checks each one it reads (a stored record, a reply).
+    """
 
     at: float
     event: str
