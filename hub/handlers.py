@@ -188,16 +188,20 @@ class Handlers(Intake):
 
         Each is acked once the batch is saved; a failed save acks none, so all come back.
         """
-        events: list[tuple[str, WorkloadEvent]] = []
+        # Each with its message's subject and the spoke that subject names.
+        events: list[tuple[str, str | None, WorkloadEvent]] = []
         for msg in msgs:  # each holds one event, or several in order (schemas.parse_events)
             try:
-                events.extend((msg.subject, event) for event in parse_events(msg.data))
+                parsed = parse_events(msg.data)
             except ValidationError as exc:
                 self._malformed(msg, exc)
+                continue
+            spoke = subjects.spoke_from_subject(msg.subject)
+            events.extend((msg.subject, spoke, event) for event in parsed)
         state = self.state
         async with state.lock:
             changed: dict[str, WorkloadRecord] = {}
-            for subject, event in events:
+            for subject, subject_spoke, event in events:
                 record = state.workloads.get(event.workload_id)
                 live = record.live if record is not None else None
                 attempt = next(
@@ -205,7 +209,7 @@ class Handlers(Intake):
                     None,
                 )
                 refusal = refuse_event(
-                    subject_spoke=subjects.spoke_from_subject(subject),
+                    subject_spoke=subject_spoke,
                     event_spoke=event.spoke_id,
                     event_epoch=event.epoch,
                     known=record is not None,
@@ -228,7 +232,7 @@ class Handlers(Intake):
                 )
         await self._bus.ack(msgs)
         state.counters["events"] += len(events)
-        if any(e.phase != EventPhase.RUNNING for _, e in events):
+        if any(e.phase != EventPhase.RUNNING for _, _, e in events):
             state.trigger()  # devices freed or work requeued; a start changes no plan
 
     def _event_refused(
@@ -265,7 +269,7 @@ class Handlers(Intake):
                 return False  # a repeat, or the end overtook it
             transitions.start(w, now, event.endpoint)
             waited = max(0.0, now - queued_since(w))
-            self.state.metrics.queue_wait.labels(w.spec.priority_class).observe(waited)
+            self.state.metrics.waited(w.spec.priority_class, waited)
             return True
         reason = lifecycle.reported_end(event.phase, event.reason)
         detail = event.message or event.reason

@@ -104,12 +104,21 @@ class HubMetrics:
             ["reason"],
             registry=r,
         )
+        self._queue_waits: dict[str, Histogram] = {}
         for reason in REQUEUE_REASONS:
             self.requeues.labels(reason)
         for source in REJECTION_SOURCES:
             self.rejections.labels(source)
         for reason in DROP_REASONS:
             self.dropped.labels(reason)
+
+    def waited(self, priority_class: str, seconds: float) -> None:
+        """A workload ran after `seconds` in the queue (the child per class kept: `labels()`
+        takes a lock and builds its key on every call, once per workload started)."""
+        child = self._queue_waits.get(priority_class)
+        if child is None:
+            child = self._queue_waits[priority_class] = self.queue_wait.labels(priority_class)
+        child.observe(seconds)
 
     def attempt_ended(self, reason: str, requeued: bool) -> None:
         """Count an attempt's end: a requeue by why, a spoke's refusal as a rejection."""
