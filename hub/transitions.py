@@ -27,7 +27,8 @@ def place(
 ) -> None:
     """Open a new attempt on `spoke_id` (the next epoch)."""
     w.lifecycle = lifecycle.place(w.lifecycle, spoke_id, assignments, now)
-    w.reason = w.message = ""
+    if w.reason or w.message:  # why it waited (most are placed by the cycle that takes them)
+        w.reason = w.message = ""
     w.note(now, "placed", describe(assignments))
 
 
