@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Sequence
 
@@ -168,6 +169,8 @@ class Taken:
             held = self._lines.allow(self.state.clock(), len(self.audits))
             if held is not None:
                 log_written(self.audits, unlisted=held)
+        if not log.is_enabled_for(logging.DEBUG):
+            return  # (not even the arguments of a line per workload that nobody reads)
         for record in self.records:
             log.debug(  # each submission's info line is its audit entry's
                 "workload_submitted",
