@@ -222,9 +222,17 @@ class Handlers(Intake):
                     self._event_refused(subject, event, refusal)
                 elif self._apply_event(record, event):
                     changed[record.id] = record
-            if changed:
-                await state.save(changed.values())
-                for record in changed.values():
+            # A batch whose save failed moved its records ahead of the store; its events come
+            # back, find them moved and change nothing: those records go with this save.
+            saving = {**state.unsaved, **changed}
+            if saving:
+                try:
+                    await state.save(saving.values())
+                except BaseException:
+                    state.unsaved.update(changed)
+                    raise
+                state.unsaved.clear()
+                for record in saving.values():
                     if record.phase.terminal:
                         state.forget(record.id)
                 transitions.log_finished(

@@ -68,6 +68,10 @@ class HubState:
     activity: dict[str, tuple[int, Activity]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.
     claims: set[str] = field(default_factory=set)
+    # Records moved by spokes' events whose save failed: ahead of the store, while those
+    # events come back as stale. Saved with every later batch of events until one save holds
+    # them, and no event is acked before then (hub.handlers.on_events).
+    unsaved: dict[str, WorkloadRecord] = field(default_factory=dict)
     # The leadership term this hub leads under (hub.leadership); 0 while it stands by.
     term: int = 0
     # True while the cycle loop runs: a lone submission waits for the next cycle, which saves

@@ -1,0 +1,66 @@
+"""An end the hub heard while its store refused writes is stored once the store is back.
+
+The events of a batch whose save fails are not acked and come back; but the hub has already
+moved their records, so the events come back as stale. Before, they were then acked with
+nothing saved: the store kept the workload running, and a hub that took over or restarted
+from it ran the finished job again (its spoke no longer had it: lost, queued, run twice).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+
+from hub.store import Store
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes
+from tests.support.wait import wait_until
+
+
+async def test_an_end_heard_while_the_store_refused_writes_is_stored_and_not_run_again(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    hub = await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "H100"))
+    await fed.wait_spokes(1)
+    runs = tmp_path / "runs.log"
+    wid = await fed.submit(
+        name="once", team="drill", command=["sh", "-c", f"echo run >> {runs}; sleep 1"], gpus=1
+    )
+    reader = Store(hub.store.url)  # its own connections: what a standby would read
+
+    def stored() -> Phase | None:
+        record = reader.get(wid)
+        return record.phase if record is not None else None
+
+    await wait_until(lambda: stored() == Phase.RUNNING, 20, "the start stored")
+
+    # The store refuses the hub's writes (every checkout of its pool fails) while the job ends.
+    refusing = True
+
+    def refuse(*_: Any) -> None:
+        if refusing:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    event.listen(hub.store.engine, "checkout", refuse)
+    await wait_until(
+        lambda: (w := hub.workloads.get(wid)) is not None and w.phase == Phase.SUCCEEDED,
+        20,
+        "the hub to hear the end",
+    )
+    assert stored() == Phase.RUNNING  # the end's save failed: its events were not acked
+    refusing = False
+
+    # The events come back (ack wait 5 s), find the record moved, and its save goes with them.
+    await wait_until(lambda: stored() == Phase.SUCCEEDED, 30, "the end stored")
+
+    # A hub started from the store has nothing to run again.
+    await fed.stop("hub")
+    await fed.start_hub()
+    record = await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=10)
+    assert record["phase"] == Phase.SUCCEEDED.value
+    assert runs.read_text().splitlines() == ["run"]
+    reader.close()
