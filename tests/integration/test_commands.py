@@ -33,16 +33,24 @@ async def _collect_events(bus: Bus, spoke_id: str) -> list[WorkloadEvent]:
     return events
 
 
-def _place(tmp_path: Path, epoch: int = 1, decision: str = "wdup-e1-place") -> PlaceCommand:
+def _place(
+    tmp_path: Path,
+    epoch: int = 1,
+    decision: str = "wdup-e1-place",
+    workload: str = "wdup",
+    device: int = 0,
+    line: str = "ran",
+) -> PlaceCommand:
+    """A Place of a workload that writes `line` to ran.log under `tmp_path` when it runs."""
     spec = WorkloadSpec(
-        name="dup", team="t", command=("sh", "-c", f"echo ran >> {tmp_path / 'ran.log'}")
+        name="dup", team="t", command=("sh", "-c", f"echo {line} >> {tmp_path / 'ran.log'}")
     )
     return PlaceCommand(
         decision_id=decision,
-        workload_id="wdup",
+        workload_id=workload,
         epoch=epoch,
         spec=spec,
-        assignments=(Assignment(node="eu-1-n0", devices=(0,)),),
+        assignments=(Assignment(node="eu-1-n0", devices=(device,)),),
     )
 
 
@@ -74,20 +82,10 @@ async def test_commands_several_to_a_message_each_run_once_even_sent_again(
     events = await _collect_events(bus, "eu-1")
     spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
     subject = subjects.commands("eu-1")
-    places = []
-    for wid, device in (("wone", 0), ("wtwo", 1)):
-        spec = WorkloadSpec(
-            name=wid, team="t", command=("sh", "-c", f"echo {wid} >> {tmp_path / 'ran.log'}")
-        )
-        places.append(
-            PlaceCommand(
-                decision_id=f"{wid}-e1-place",
-                workload_id=wid,
-                epoch=1,
-                spec=spec,
-                assignments=(Assignment(node="eu-1-n0", devices=(device,)),),
-            )
-        )
+    places = [
+        _place(tmp_path, decision=f"{wid}-e1-place", workload=wid, device=device, line=wid)
+        for wid, device in (("wone", 0), ("wtwo", 1))
+    ]
     message = json_array([p.model_dump_json().encode() for p in places])
     await bus.publish_durable(subject, message, "both")
     await wait_until(lambda: sum(e.phase == "succeeded" for e in events) >= 2)
