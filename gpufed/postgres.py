@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bus.natsserver import free_port
+from bus.ports import free_port
 from bus.processes import stop_process
 
 #: The user PostgreSQL runs as when the tests run as root (initdb and postgres refuse root).

@@ -25,7 +25,8 @@ from bus import identities
 from bus.authority import NatsAuthority, write_secret
 from bus.client import BusSettings
 from bus.jwt import Permissions
-from bus.natsserver import EmbeddedNats, free_port
+from bus.natsserver import EmbeddedNats
+from bus.ports import claim_port, free_port
 from bus.processes import stop_process, stop_processes
 from bus.tls import TlsFiles, ensure_local_ca
 from gpufed.backoff import Backoff, crashes_in_a_row, restart_delay
@@ -93,6 +94,8 @@ class Federation:
         self.burst_args = burst_args  # None: no burst controller
         self.policy = UP_POLICY if policy is None else policy
         self.admin_token = ""  # minted (or read back) by start()
+        if api_port:
+            claim_port(api_port)  # no spoke's /metrics gets it before the hub binds it
         self.api_port = api_port or free_port()
         # Each hub replica's API port, kept across its restarts: "hub" leads at first.
         self.hub_ports: dict[str, int] = {"hub": self.api_port}

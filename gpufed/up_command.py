@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bus.natsserver import free_port
+from bus.ports import free_port
 from gpufed.up import DEMO_BURST, Federation
 
 if TYPE_CHECKING:

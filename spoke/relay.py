@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Callable
 
@@ -97,13 +96,6 @@ class PortRelay:
                 dst.write_eof()
         except (ConnectionError, OSError):
             pass
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the caller binds it soon: a race is unlikely)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _close(writer: asyncio.StreamWriter) -> None:

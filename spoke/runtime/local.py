@@ -18,10 +18,11 @@ from typing import Any
 
 import structlog
 
+from bus.ports import free_port
 from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
-from spoke.relay import PortRelay, free_port
+from spoke.relay import PortRelay
 from spoke.runtime.processes import alive, end_reason, find_wrappers, until_groups_end
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from bus.natsserver import EmbeddedNats, free_port
+from bus.natsserver import EmbeddedNats
+from bus.ports import free_port
 from hub.core.policy import Policy
 from tests.integration.fed import InProcessFederation
 

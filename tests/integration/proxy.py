@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from bus.natsserver import free_port
+from bus.ports import free_port
 
 
 class CuttableProxy:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bus.client import Bus
-from bus.natsserver import free_port
+from bus.ports import free_port
 from gpufed.up import Federation, SimSpoke
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bus.natsserver import free_port
+from bus.ports import free_port
 from gpufed.client import HubClient
 from tests.support.wait import wait_until_sync
 

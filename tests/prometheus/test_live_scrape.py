@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from bus.natsserver import free_port
+from bus.ports import free_port
 from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from tests.prometheus.conftest import DEPLOY, debian_tool

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from bus.natsserver import free_port
+from bus.ports import free_port
 from spoke.slurm import SlurmCli, base_environment
 
 #: Program -> the Debian package it comes from.

@@ -19,7 +19,8 @@ import nats.js.errors
 import pytest
 
 from bus.client import Bus, BusSettings
-from bus.natsserver import EmbeddedNats, free_port
+from bus.natsserver import EmbeddedNats
+from bus.ports import free_port
 from schemas import Phase, parse_events, subjects
 from tests.integration.fed import InProcessFederation, nodes
 from tests.integration.proxy import CuttableProxy
