@@ -170,7 +170,14 @@ class HubClient:
                     " one; `gpufed up` writes its admin token to <data-dir>/admin.token)"
                 )
             raise ApiError(message, code=code, status=response.status_code)
-        return response.json()
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ApiError(
+                f"{response.url} did not answer as gpufed's API does (is another program on its"
+                f" port?): {response.text[:60]!r}",
+                status=response.status_code,
+            ) from exc
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         tried: list[str] = []
