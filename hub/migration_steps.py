@@ -1,4 +1,4 @@
-"""Schema migrations 5 and later (attempts, instance bills, tokens, audit, usage).
+"""Schema migrations 5 and later (attempts, instance bills, tokens, audit, usage, outbox).
 
 Split from `hub.migrations`, which lists every step in `MIGRATIONS` and applies them; these
 steps are frozen once released, as the earlier ones are (docs/store.md).
@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 from sqlalchemy import (
+    Boolean,
     Column,
     Connection,
     Float,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    delete,
     select,
 )
 
@@ -259,3 +261,20 @@ def v8_usage_windows(conn: Connection) -> None:
     for table in ("attempts", "instance_bills"):
         ended = Table(table, metadata, Column("ended_at", Float)).c.ended_at
         Index(f"ix_{table}_ended_at", ended).create(conn)
+
+
+def v9_decisions_outbox(conn: Connection) -> None:
+    """`decisions` is an outbox: a decision leaves it once JetStream has acked it, so drop the
+    published rows kept until now (each held its whole command, the spec with it: the table
+    grew by one row per placement, forever) and the index on `workload_id`, which nothing
+    reads."""
+    metadata = MetaData()
+    decisions = Table(
+        "decisions",
+        metadata,
+        Column("workload_id", String),
+        Column("published", Boolean),
+    )
+    dropped = conn.execute(delete(decisions).where(decisions.c.published.is_(True))).rowcount
+    Index("ix_decisions_workload_id", decisions.c.workload_id).drop(conn, checkfirst=True)
+    log.info("schema_outbox_emptied", table="decisions", rows=dropped)

@@ -337,5 +337,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         "drop burst_spend and burst_accrual; index attempts and bills by end",
         steps.v8_usage_windows,
     ),
+    Migration(
+        9,
+        "decisions as an outbox: published ones deleted, the workload_id index dropped",
+        steps.v9_decisions_outbox,
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -70,7 +70,7 @@ class DecisionRow(SQLModel, table=True):
     __tablename__ = "decisions"
     __table_args__ = (Index("ix_decisions_published_created_at", "published", "created_at"),)
     decision_id: str = Field(primary_key=True)
-    workload_id: str = Field(index=True)
+    workload_id: str
     spoke_id: str
     subject: str
     payload: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
@@ -183,7 +183,7 @@ class Store:
                 if audits:
                     cursor.executemany(sql.audit, audits)
                 if marks:
-                    cursor.executemany(sql.mark_published, [(True, m) for m in marks])
+                    cursor.executemany(sql.published, [(m,) for m in marks])
         except BaseException:
             with self._marks_lock:  # kept for the next write
                 self._marks[:0] = marks
@@ -282,8 +282,9 @@ class Store:
     # --- decisions ---
 
     def mark_published(self, decision_ids: Iterable[str] = ()) -> None:
-        """Mark these decisions, and those left by `mark_published_later`, published now
-        (idempotent; unknown ids are ignored)."""
+        """Mark these decisions, and those left by `mark_published_later`, published now:
+        they leave the table, an outbox of what may still need sending (idempotent; unknown
+        ids are ignored)."""
         self.mark_published_later(decision_ids)
         if self.pending_marks():
             self._write([], [], [], [])

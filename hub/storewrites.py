@@ -54,7 +54,7 @@ class Statements:
     attempt: str
     decision: str
     audit: str
-    mark_published: str
+    published: str  # a published decision leaves the outbox
 
     @classmethod
     def of(cls, engine: Engine) -> Statements:
@@ -101,7 +101,7 @@ class Statements:
                 f"INSERT INTO audit_log ({', '.join(audit_columns)})"
                 f" VALUES ({', '.join(mark for _ in audit_columns)})"
             ),
-            mark_published=f"UPDATE decisions SET published = {mark} WHERE decision_id = {mark}",
+            published=f"DELETE FROM decisions WHERE decision_id = {mark}",
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import SQLModel
 
@@ -106,6 +107,17 @@ def test_decisions_stay_unpublished_until_marked(store: Store) -> None:
     assert store.unpublished() == [second]
     store.save(decisions=[second.model_copy(update={"published": True})])
     assert store.unpublished() == []
+
+
+def test_published_decisions_leave_the_store(store: Store) -> None:
+    # An outbox: a hub that placed a million workloads keeps no million commands.
+    store.save([workload("w1")], [decision(f"d{i}", at=float(i)) for i in range(50)])
+    store.mark_published_later(f"d{i}" for i in range(49))
+    store.save([workload("w2")])
+
+    assert [d.decision_id for d in store.unpublished()] == ["d49"]
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM decisions")).scalar_one() == 1
 
 
 def test_marks_left_for_later_are_written_with_the_next_save(store: Store) -> None:

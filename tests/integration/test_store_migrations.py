@@ -222,6 +222,35 @@ def test_instances_recorded_before_bills_get_one_from_their_latest_event(
     assert (gone.team, gone.ended_at, gone.price_per_hour) == ("nlp", 50.0, 1.0)
 
 
+def test_published_decisions_are_dropped_from_the_outbox(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as before_outbox:
+        before_outbox.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:8])
+        before_outbox.setattr(migrations, "LATEST_VERSION", 8)
+        migrate(engine)
+    with engine.begin() as conn:
+        for did, published in (("d-sent", True), ("d-waiting", False)):
+            conn.execute(
+                text(
+                    "INSERT INTO decisions (decision_id, workload_id, spoke_id, subject, payload,"
+                    " created_at, published) VALUES (:id, 'w1', 's1', 'gpufed.cmd.s1', :payload,"
+                    " 1.0, :published)"
+                ),
+                {"id": did, "payload": b"{}", "published": published},
+            )
+
+    store = Store(db_url)  # migrates to the latest version
+    try:
+        assert [d.decision_id for d in store.unpublished()] == ["d-waiting"]
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM decisions")).scalar_one() == 1
+        indexes = {i["name"] for i in inspect(store.engine).get_indexes("decisions")}
+    finally:
+        store.close()
+    assert "ix_decisions_workload_id" not in indexes
+
+
 def test_database_newer_than_the_code_is_refused(db_url: str, engine: Engine) -> None:
     migrate(engine)
     with engine.begin() as conn:
