@@ -9,6 +9,7 @@ import structlog
 from hub import transitions
 from hub.authstore import AuditEntry
 from hub.core.fleet import SnapshotBuilder
+from hub.core.lifecycle import Lifecycle
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.ordering import served
 from hub.core.planstate import PlanState
@@ -97,7 +98,8 @@ class Cycle:
         snapshot = self._snapshot(now, active)
         self._check(snapshot, running)
         result = self.placement.plan(snapshot, pending, running, policy, now)
-        changed, decisions = self._apply(result, now)
+        undo = _Undo(state)
+        changed, decisions = self._apply(result, now, undo)
         # The plan lists what it left out in the order it looked at them: the queue order.
         state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
         audits: Sequence[AuditEntry] = ()
@@ -106,7 +108,20 @@ class Cycle:
             changed.extend(r for r in taken.records if r.id not in listed)
             audits = taken.audits
         if changed or decisions:
-            await state.save(changed, decisions, audits)
+            try:
+                await state.save(changed, decisions, audits)
+            except BaseException:
+                # Nothing was saved, so nothing goes out: what the plan moved goes back (the
+                # work it placed to the queue, not placed in memory for good, waiting for a
+                # command never sent), and the kept placement state is set up afresh.
+                state.counters["cycle_save_failed"] += 1
+                undo.restore()
+                self.placement.reset()
+                raise
+        if result.placements:
+            state.metrics.placements.inc(len(result.placements))
+        if undo.preempted:
+            state.metrics.preemptions.inc(undo.preempted)
         if taken is not None:
             taken.saved()
         await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
@@ -231,13 +246,18 @@ class Cycle:
             if (wid, epoch) not in listed.get(rw.spoke_id, ()):
                 del ended[wid]
 
-    def _apply(self, result: Plan, now: float) -> tuple[list[WorkloadRecord], list[DecisionRecord]]:
+    def _apply(
+        self, result: Plan, now: float, undo: _Undo
+    ) -> tuple[list[WorkloadRecord], list[DecisionRecord]]:
         workloads = self.state.workloads
         changed: list[WorkloadRecord] = []
         decisions: list[DecisionRecord] = []
         for placement in result.placements:
-            self.state.claims.discard(placement.workload_id)
             w = workloads[placement.workload_id]
+            undo.keep(w)
+            if placement.workload_id in self.state.claims:
+                undo.claims.append(placement.workload_id)
+                self.state.claims.discard(placement.workload_id)
             transitions.place(w, placement.spoke_id, placement.assignments, now)
             command = PlaceCommand(
                 decision_id=decision_id(w.id, w.epoch, "place"),
@@ -249,14 +269,13 @@ class Cycle:
             )
             decisions.append(decision(command, placement.spoke_id, now))
             changed.append(w)
-        if result.placements:
-            self.state.metrics.placements.inc(len(result.placements))
         for preemption in result.preemptions:
             w = workloads[preemption.workload_id]
             if w.preempting:
                 continue
+            undo.keep(w)
+            undo.preempted += 1
             transitions.mark_preempting(w, preemption.for_workload or None, preemption.reason, now)
-            self.state.metrics.preemptions.inc()
             preempt = PreemptCommand(
                 decision_id=decision_id(w.id, w.epoch, "preempt"),
                 workload_id=w.id,
@@ -270,6 +289,35 @@ class Cycle:
             w = workloads[unplaced.workload_id]
             # Reason is a StrEnum: equal to its value, without the enum property per item.
             if w.message != unplaced.message or w.reason != unplaced.reason:
+                undo.keep(w)
                 w.reason, w.message = unplaced.reason.value, unplaced.message
                 changed.append(w)
         return changed, decisions
+
+
+class _Undo:
+    """What a cycle changed on its records, as it was before: put back when its save fails."""
+
+    __slots__ = ("before", "claims", "preempted", "state")
+
+    def __init__(self, state: HubState) -> None:
+        self.state = state
+        # workload id -> (lifecycle, reason, message, history entries) before this cycle
+        self.before: dict[str, tuple[Lifecycle, str, str, int]] = {}
+        self.claims: list[str] = []  # claims the cycle's placements used up
+        self.preempted = 0
+
+    def keep(self, w: WorkloadRecord) -> None:
+        if w.id not in self.before:
+            self.before[w.id] = (w.lifecycle, w.reason, w.message, len(w.history))
+
+    def restore(self) -> None:
+        workloads = self.state.workloads
+        for wid, (lc, reason, message, noted) in self.before.items():
+            w = workloads.get(wid)
+            if w is None:
+                continue
+            w.lifecycle = lc
+            w.reason, w.message = reason, message
+            del w.history[noted:]
+        self.state.claims.update(c for c in self.claims if c in workloads)

@@ -64,3 +64,43 @@ async def test_an_end_heard_while_the_store_refused_writes_is_stored_and_not_run
     assert record["phase"] == Phase.SUCCEEDED.value
     assert runs.read_text().splitlines() == ["run"]
     reader.close()
+
+
+async def test_work_placed_by_a_cycle_whose_save_failed_is_placed_again_once_the_store_is_back(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    """A cycle that placed queued work and could not save it publishes nothing: its records
+    must go back to the queue, not stay placed in memory, waiting for a command never sent
+    (the spoke never had it to lose, so no sync requeued it) and holding devices no one used."""
+    hub = await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "H100"))
+    await fed.wait_spokes(1)
+    runs = tmp_path / "runs.log"
+    first = await fed.submit(name="first", team="drill", command=["sleep", "2"], gpus_per_node=8)
+    await fed.wait_phase(first, {Phase.RUNNING})
+    waiting = await fed.submit(
+        name="next", team="drill", command=["sh", "-c", f"echo run >> {runs}"], gpus_per_node=8
+    )
+    assert hub.workloads[waiting].phase == Phase.QUEUED
+
+    refusing = True
+
+    def refuse(*_: Any) -> None:
+        if refusing:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    event.listen(hub.store.engine, "checkout", refuse)
+    # `first` ends: its devices are free in memory and every cycle plans `waiting` on them,
+    # then fails to save.
+    await wait_until(
+        lambda: hub.workloads.get(first) is None or hub.workloads[first].phase.terminal,
+        20,
+        "the hub to hear the first job end",
+    )
+    await wait_until(lambda: hub.counters["cycle_save_failed"] >= 1, 10, "a cycle's save to fail")
+    assert hub.workloads[waiting].phase == Phase.QUEUED  # not left placed in memory
+    refusing = False
+
+    record = await fed.wait_phase(waiting, {Phase.SUCCEEDED}, timeout=20)
+    assert record["phase"] == Phase.SUCCEEDED.value
+    assert runs.read_text().splitlines() == ["run"]
