@@ -18,6 +18,7 @@ from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from hub.state import HubState
 from schemas import Phase, WorkloadSpec
+from schemas.workloads import unknown_fields
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +62,12 @@ class Submissions:
             raise TooMany(
                 f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
                 field="team",
+            )
+        unknown = unknown_fields(spec)
+        if unknown:
+            raise InvalidWorkload(
+                f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
+                field=unknown[0].split(" ")[0],
             )
         if spec.priority_class not in self.state.policy.priorities:
             known = ", ".join(sorted(self.state.policy.priorities))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from schemas.common import DnsLabel, Identifier, WireModel, refuse_control
 from schemas.errors import ErrorReply
@@ -110,8 +111,15 @@ def accept_secret_values(data: Any) -> Any:
     return {**data, "env": plain, "secret_env": secret}
 
 
+#: A spec keeps the fields its class does not define (a reader still ignores them) so that the
+#: hub can refuse a submitter's typo (`gpus: 8`) instead of running one GPU (`unknown_fields`).
+_KEEPS_UNKNOWN = ConfigDict(extra="allow", frozen=True)
+
+
 class Affinity(WireModel):
     """Where a workload may (required) or would rather (preferred) run."""
+
+    model_config = _KEEPS_UNKNOWN
 
     required_regions: tuple[DnsLabel, ...] = ()
     preferred_regions: tuple[DnsLabel, ...] = ()
@@ -133,6 +141,8 @@ class Affinity(WireModel):
 
 class WorkloadSpec(WireModel):
     """A unit of work: one command run on `nodes` x `gpus_per_node` GPUs (a gang when nodes > 1)."""
+
+    model_config = _KEEPS_UNKNOWN
 
     name: DnsLabel
     team: DnsLabel
@@ -279,6 +289,22 @@ class WorkloadSpec(WireModel):
         if self.gpu_fraction is not None:
             return self.gpu_fraction
         return float(self.gpus_per_node * self.nodes)
+
+
+def unknown_fields(spec: WorkloadSpec) -> list[str]:
+    """The fields a submitter named that a spec does not have, each with the nearest one it
+    has when there is one (`gpus (did you mean gpus_per_node?)`): the hub refuses such a spec
+    rather than run something other than what was asked. Empty for a spec without any."""
+    found: list[str] = []
+    for model, prefix in ((spec, ""), (spec.affinity, "affinity.")):
+        known = list(type(model).model_fields)
+        for name in model.model_extra or ():
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
+                k for k in known if k.startswith(name)
+            ]
+            hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+            found.append(f"{prefix}{name}{hint}")
+    return found
 
 
 class SubmitReply(WireModel):

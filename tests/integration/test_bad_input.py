@@ -28,6 +28,8 @@ GOOD = {"name": "ok", "team": "vision", "command": ["true"]}
         ({"env": {f"K{i}": "v" for i in range(200)}}, "env"),
         ({"gpu_fraction": 1.5}, "gpu_fraction"),
         ({"priority_class": "vip"}, "priority_class"),
+        ({"gpus": 8}, "gpus"),  # unknown: refused, not run on one GPU
+        ({"affinity": {"required_region": ["eu"]}}, "affinity.required_region"),
     ],
 )
 async def test_rest_refuses_bad_workloads_naming_the_field(
@@ -43,6 +45,23 @@ async def test_rest_refuses_bad_workloads_naming_the_field(
     assert body["retryable"] is False  # the request must change before it can succeed
     listed = await fed.api.get("/v1/workloads")
     assert listed.json() == []  # nothing was stored
+
+
+async def test_an_unknown_field_is_refused_with_the_nearest_known_one(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    response = await fed.api.post("/v1/workloads", json={**GOOD, "gpus": 8, "max_runtime": 60})
+    assert response.status_code == 422, response.text
+    assert response.json()["message"] == (
+        "unknown fields: gpus (did you mean gpus_per_node?), "
+        "max_runtime (did you mean max_runtime_s?)"
+    )
+    batch = await fed.api.post("/v1/workloads:batch", json=[GOOD, {**GOOD, "gpu": 2}])
+    results = batch.json()["results"]
+    assert results[0]["ok"] and not results[1]["ok"]
+    assert results[1]["error"]["field"] == "gpu"
 
 
 async def test_rest_refuses_fraction_of_a_gang_and_non_json(fed: InProcessFederation) -> None:

@@ -22,7 +22,7 @@ from tests.support.wait import wait_until
 def _waiting(count: int) -> tuple[Plan, dict[str, Workload]]:
     pending = {
         f"w{i}": Workload(
-            f"w{i}", WorkloadSpec(name="t", team="ml", command=["true"], gpus=1), submitted_at=0.0
+            f"w{i}", WorkloadSpec(name="t", team="ml", command=["true"]), submitted_at=0.0
         )
         for i in range(count)
     }

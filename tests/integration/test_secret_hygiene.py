@@ -36,7 +36,7 @@ async def test_a_workload_sees_an_allowlist_and_its_own_env_only(
     wid = await fed.submit(
         name="printenv",
         team="t",
-        gpus=1,
+        gpus_per_node=1,
         command=["sh", "-c", f"env > {out}"],
         env={"MY_SETTING": "mine"},
     )

@@ -28,7 +28,10 @@ async def test_an_end_heard_while_the_store_refused_writes_is_stored_and_not_run
     await fed.wait_spokes(1)
     runs = tmp_path / "runs.log"
     wid = await fed.submit(
-        name="once", team="drill", command=["sh", "-c", f"echo run >> {runs}; sleep 1"], gpus=1
+        name="once",
+        team="drill",
+        command=["sh", "-c", f"echo run >> {runs}; sleep 1"],
+        gpus_per_node=1,
     )
     reader = Store(hub.store.url)  # its own connections: what a standby would read
 
