@@ -140,10 +140,7 @@ def test_attempts_are_rebuilt_from_the_history_of_records_written_before_them(
         phase="running", epoch=3, spoke_id="s2", assignments=devices, placed_at=10.0,
         started_at=11.0, command_seq=42, restarts=1, history=history,
     )  # fmt: skip
-    with monkeypatch.context() as before_attempts:
-        before_attempts.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:4])
-        before_attempts.setattr(migrations, "LATEST_VERSION", 4)
-        migrate(engine)
+    _migrate_up_to(4, engine, monkeypatch)
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -176,10 +173,7 @@ def test_attempts_are_rebuilt_from_the_history_of_records_written_before_them(
 def test_instances_recorded_before_bills_get_one_from_their_latest_event(
     db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with monkeypatch.context() as before_bills:
-        before_bills.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:5])
-        before_bills.setattr(migrations, "LATEST_VERSION", 5)
-        migrate(engine)
+    _migrate_up_to(5, engine, monkeypatch)
     events = {
         "b-live": InstanceEvent(
             burst_id="b-live", provider="local", instance_type="sim", region="us-east-1",
@@ -225,10 +219,7 @@ def test_instances_recorded_before_bills_get_one_from_their_latest_event(
 def test_published_decisions_are_dropped_from_the_outbox(
     db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with monkeypatch.context() as before_outbox:
-        before_outbox.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:8])
-        before_outbox.setattr(migrations, "LATEST_VERSION", 8)
-        migrate(engine)
+    _migrate_up_to(8, engine, monkeypatch)
     with engine.begin() as conn:
         for did, published in (("d-sent", True), ("d-waiting", False)):
             conn.execute(
@@ -373,6 +364,14 @@ Table(
     Column("last_seen", Float, nullable=False),
     Column("report", AutoString, nullable=True),
 )
+
+
+def _migrate_up_to(version: int, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema as this code's first `version` migrations left it (for the later ones)."""
+    with monkeypatch.context() as older:
+        older.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:version])
+        older.setattr(migrations, "LATEST_VERSION", version)
+        migrate(engine)
 
 
 def _versions(conn: Connection) -> list[int]:

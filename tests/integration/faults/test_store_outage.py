@@ -20,6 +20,18 @@ from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
 
+class Outage:
+    """The store refuses every write (each checkout of its pool fails) while `refusing`."""
+
+    def __init__(self, store: Store) -> None:
+        self.refusing = True
+        event.listen(store.engine, "checkout", self._refuse)
+
+    def _refuse(self, *_: Any) -> None:
+        if self.refusing:
+            raise sqlite3.OperationalError("disk I/O error")
+
+
 async def test_an_end_heard_while_the_store_refused_writes_is_stored_and_not_run_again(
     fed: InProcessFederation, tmp_path: Path
 ) -> None:
@@ -42,20 +54,14 @@ async def test_an_end_heard_while_the_store_refused_writes_is_stored_and_not_run
     await wait_until(lambda: stored() == Phase.RUNNING, 20, "the start stored")
 
     # The store refuses the hub's writes (every checkout of its pool fails) while the job ends.
-    refusing = True
-
-    def refuse(*_: Any) -> None:
-        if refusing:
-            raise sqlite3.OperationalError("disk I/O error")
-
-    event.listen(hub.store.engine, "checkout", refuse)
+    outage = Outage(hub.store)
     await wait_until(
         lambda: (w := hub.workloads.get(wid)) is not None and w.phase == Phase.SUCCEEDED,
         20,
         "the hub to hear the end",
     )
     assert stored() == Phase.RUNNING  # the end's save failed: its events were not acked
-    refusing = False
+    outage.refusing = False
 
     # The events come back (ack wait 5 s), find the record moved, and its save goes with them.
     await wait_until(lambda: stored() == Phase.SUCCEEDED, 30, "the end stored")
@@ -86,13 +92,7 @@ async def test_work_placed_by_a_cycle_whose_save_failed_is_placed_again_once_the
     )
     assert hub.workloads[waiting].phase == Phase.QUEUED
 
-    refusing = True
-
-    def refuse(*_: Any) -> None:
-        if refusing:
-            raise sqlite3.OperationalError("disk I/O error")
-
-    event.listen(hub.store.engine, "checkout", refuse)
+    outage = Outage(hub.store)
     # `first` ends: its devices are free in memory and every cycle plans `waiting` on them,
     # then fails to save.
     await wait_until(
@@ -102,7 +102,7 @@ async def test_work_placed_by_a_cycle_whose_save_failed_is_placed_again_once_the
     )
     await wait_until(lambda: hub.counters["cycle_save_failed"] >= 1, 10, "a cycle's save to fail")
     assert hub.workloads[waiting].phase == Phase.QUEUED  # not left placed in memory
-    refusing = False
+    outage.refusing = False
 
     record = await fed.wait_phase(waiting, {Phase.SUCCEEDED}, timeout=20)
     assert record["phase"] == Phase.SUCCEEDED.value
