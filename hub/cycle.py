@@ -118,10 +118,10 @@ class Cycle:
                 undo.restore()
                 self.placement.reset()
                 raise
-        if result.placements:
+        if result.placements:  # counted once saved; the other decisions are preemptions
             state.metrics.placements.inc(len(result.placements))
-        if undo.preempted:
-            state.metrics.preemptions.inc(undo.preempted)
+        if len(decisions) > len(result.placements):
+            state.metrics.preemptions.inc(len(decisions) - len(result.placements))
         if taken is not None:
             taken.saved()
         await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
@@ -274,7 +274,6 @@ class Cycle:
             if w.preempting:
                 continue
             undo.keep(w)
-            undo.preempted += 1
             transitions.mark_preempting(w, preemption.for_workload or None, preemption.reason, now)
             preempt = PreemptCommand(
                 decision_id=decision_id(w.id, w.epoch, "preempt"),
@@ -298,14 +297,13 @@ class Cycle:
 class _Undo:
     """What a cycle changed on its records, as it was before: put back when its save fails."""
 
-    __slots__ = ("before", "claims", "preempted", "state")
+    __slots__ = ("before", "claims", "state")
 
     def __init__(self, state: HubState) -> None:
         self.state = state
         # workload id -> (lifecycle, reason, message, history entries) before this cycle
         self.before: dict[str, tuple[Lifecycle, str, str, int]] = {}
         self.claims: list[str] = []  # claims the cycle's placements used up
-        self.preempted = 0
 
     def keep(self, w: WorkloadRecord) -> None:
         if w.id not in self.before:

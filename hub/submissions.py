@@ -56,18 +56,19 @@ class Submissions:
         self, spec: WorkloadSpec, queued: QueuedCounts, user: str = ""
     ) -> WorkloadRecord:
         """A new record for `spec`, counted in `queued`; raises what policy refuses."""
+        unknown = unknown_fields(spec)
+        if unknown:  # what was asked is not what would run: refused before any other check
+            named = [f"{name} (did you mean {near}?)" if near else name for name, near in unknown]
+            raise InvalidWorkload(
+                f"unknown field{'s' if len(named) > 1 else ''}: {', '.join(named)}",
+                field=unknown[0][0],
+            )
         cap = self.state.policy.max_queued(spec.team)
         if cap is not None and queued.reached(spec.team, cap):
             self.state.counters["submit_throttled"] += 1
             raise TooMany(
                 f"team {spec.team} has {cap} workloads queued, its cap (max_queued)",
                 field="team",
-            )
-        unknown = unknown_fields(spec)
-        if unknown:
-            raise InvalidWorkload(
-                f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
-                field=unknown[0].split(" ")[0],
             )
         if spec.priority_class not in self.state.policy.priorities:
             known = ", ".join(sorted(self.state.policy.priorities))

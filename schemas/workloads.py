@@ -291,19 +291,18 @@ class WorkloadSpec(WireModel):
         return float(self.gpus_per_node * self.nodes)
 
 
-def unknown_fields(spec: WorkloadSpec) -> list[str]:
-    """The fields a submitter named that a spec does not have, each with the nearest one it
-    has when there is one (`gpus (did you mean gpus_per_node?)`): the hub refuses such a spec
-    rather than run something other than what was asked. Empty for a spec without any."""
-    found: list[str] = []
+def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
+    """The fields a submitter named that a spec does not have (`affinity.`-prefixed inside
+    it), each with the nearest one it has, if any: the hub refuses such a spec rather than run
+    something other than what was asked. Empty for a spec without any."""
+    found: list[tuple[str, str | None]] = []
     for model, prefix in ((spec, ""), (spec.affinity, "affinity.")):
         known = list(type(model).model_fields)
         for name in model.model_extra or ():
             near = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
                 k for k in known if k.startswith(name)
             ]
-            hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
-            found.append(f"{prefix}{name}{hint}")
+            found.append((prefix + name, prefix + near[0] if near else None))
     return found
 
 
