@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from nats.aio.client import RawCredentials
 
 from bus import identities
@@ -102,6 +104,24 @@ class InProcessFederation:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         transport = httpx.ASGITransport(app=self.app)
         return httpx.AsyncClient(transport=transport, base_url="http://hub", headers=headers)
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[str]:
+        """The hub's REST API over real HTTP on a free loopback port (its base URL), stopped by
+        its own server handle: for clients that need a socket (a CLI, a streamed answer)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0.02)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()
 
     async def start_spoke(
         self,

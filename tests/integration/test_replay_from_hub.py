@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
@@ -32,26 +29,6 @@ teams:
   - {name: vision, quotas: {H100: {guaranteed: 2}}}
   - {name: nlp, quotas: {H100: {guaranteed: 2}}}
 """
-
-
-@contextlib.asynccontextmanager
-async def serve(fed: InProcessFederation) -> AsyncIterator[str]:
-    """The hub's REST API on a free loopback port, stopped by its own server handle."""
-    assert fed.hub is not None
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(fed.app, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 async def test_replays_the_hubs_workloads_under_both_policies(
@@ -77,7 +54,7 @@ async def test_replays_the_hubs_workloads_under_both_policies(
     proposed = tmp_path / "new.yaml"
     proposed.write_text(PROPOSED, encoding="utf-8")
     out = tmp_path / "out"
-    async with serve(fed) as url:
+    async with fed.serve() as url:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import socket
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import uvicorn
 
 from tests.integration.fed import InProcessFederation
 from tests.support.wait import wait_until
@@ -62,24 +58,6 @@ async def get_when_up(url: str, timeout: float = 15) -> httpx.Response:
 
     await wait_until(answered, timeout, f"{url} to answer", every=0.1)
     return answer[-1]
-
-
-@contextlib.asynccontextmanager
-async def serve(fed: InProcessFederation) -> AsyncIterator[str]:
-    """The hub's REST API on a free loopback port, stopped by its own server handle."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(fed.app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 async def gpufed(fed: InProcessFederation, api: str, *argv: str) -> tuple[int, str, str]:

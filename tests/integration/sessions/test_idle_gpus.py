@@ -7,7 +7,7 @@ from typing import Any
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import STOP_ON_EXIT, gpufed, serve
+from tests.integration.sessions.helpers import STOP_ON_EXIT, gpufed
 from tests.integration.sessions.test_culling import set_policy
 from tests.support.wait import wait_until
 
@@ -42,7 +42,7 @@ async def test_idle_gpus_are_flagged_then_reclaimed_for_dev_only(
         return (await fed.workload(idle_train))["idle_s"] is not None
 
     await wait_until(flagged, 20, "the idle training job to be flagged", every=0.1)
-    async with serve(fed) as api:
+    async with fed.serve() as api:
         code, out, err = await gpufed(fed, api, "jobs")
         assert code == 0, err
         rows = {line.split()[0]: line for line in out.splitlines()[1:]}

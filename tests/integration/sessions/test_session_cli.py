@@ -8,7 +8,7 @@ import httpx
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import SERVER, STOP_ON_EXIT, gpufed, serve
+from tests.integration.sessions.helpers import SERVER, STOP_ON_EXIT, gpufed
 
 
 async def test_open_prints_a_url_that_answers_then_list_and_close(
@@ -17,7 +17,7 @@ async def test_open_prints_a_url_that_answers_then_list_and_close(
     await fed.start_hub()
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
-    async with serve(fed) as api:
+    async with fed.serve() as api:
         code, out, err = await gpufed(
             fed,
             api,
@@ -49,7 +49,7 @@ async def test_open_says_why_when_the_session_fails(fed: InProcessFederation) ->
     await fed.start_hub()
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
     await fed.wait_spokes(1)
-    async with serve(fed) as api:
+    async with fed.serve() as api:
         code, out, err = await gpufed(
             fed, api, "session", "open", "--team", "vision", "--", "sh", "-c", "exit 3"
         )
