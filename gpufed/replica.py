@@ -3,7 +3,10 @@
 Listens on $GPUFED_HOST:$GPUFED_PORT (set by the runtime for kind `service`). Every GET
 answers `<$REPLICA_VERSION> <workload id>` after $REPLICA_DELAY_S seconds (a stand-in for
 inference time); `/health` answers 200 until someone calls `/sick`, then 500; `/exit` ends
-the process with status 3 (a crash).
+the process with status 3 (a crash). `/stream` answers like a language model streaming
+tokens (server-sent events, no length): its first event at once, the rest once someone has
+called `/release` since (at most 30 s later), so a test can tell a streamed answer from one
+buffered whole on the way.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _sick = threading.Event()
+_released = threading.Event()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -28,6 +32,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/exit"):
             self._answer(200, b"bye")
             os._exit(3)
+        if self.path.startswith("/release"):
+            _released.set()
+            self._answer(200, b"released")
+            return
+        if self.path.startswith("/stream"):
+            self._stream()
+            return
         time.sleep(float(os.environ.get("REPLICA_DELAY_S", "0")))
         version = os.environ.get("REPLICA_VERSION", "v1")
         self._answer(200, f"{version} {os.environ.get('GPUFED_WORKLOAD_ID', '?')}".encode())
@@ -37,6 +48,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()  # no length: the answer ends when the connection closes (HTTP/1.0)
+        self.wfile.write(b"data: token 1\n\n")
+        _released.wait(30)
+        _released.clear()  # the next stream waits for the next /release
+        self.wfile.write(b"data: token 2\n\ndata: [DONE]\n\n")
 
     def log_message(self, format: str, *args: object) -> None:
         pass

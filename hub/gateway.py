@@ -7,13 +7,21 @@ one. Every request a replica answers is counted (`ServiceController.release`): t
 the load signal autoscaling follows and what cost per 1,000 requests divides by. The caller's
 bearer token is checked here (unless the service is `public`) and never forwarded to the
 replica; nor are hop-by-hop headers.
+
+The replica's answer is streamed back as it comes (a language model's tokens reach the caller
+one by one, not after the last): the request counts as in flight, and the replica's slot as
+taken, until its last byte has gone out or either side has gone away.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+
 import httpx
 import structlog
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from hub.apideps import security
 from hub.core.access import Action, allowed
@@ -37,12 +45,45 @@ _HOP = frozenset(
         "authorization",
         "cookie",
         "content-length",
-        "content-encoding",
     }
 )
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-#: How long one proxied request may take (inference can be slow).
+#: How long one proxied request may wait for the replica's next bytes (inference can be slow).
 _TIMEOUT = httpx.Timeout(300.0, connect=5.0)
+
+
+class _Relay(StreamingResponse):
+    """A replica's answer streamed to the caller, its bytes as they come (still encoded as the
+    replica sent them, with its `content-encoding`); `release(served, broken)` once it is over:
+    served when the last byte went out, broken when the replica failed mid-answer, neither when
+    the caller went away."""
+
+    def __init__(
+        self,
+        answer: httpx.Response,
+        headers: dict[str, str],
+        release: Callable[[bool, bool], None],
+    ) -> None:
+        super().__init__(self._chunks(), status_code=answer.status_code, headers=headers)
+        self.answer = answer
+        self.release = release
+        self.served = self.broken = False
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.answer.aiter_raw():
+                yield chunk
+        except httpx.HTTPError:
+            self.broken = True
+            raise
+        self.served = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # however it ended: the connection goes back, the replica's slot with it
+            await self.answer.aclose()
+            self.release(self.served, self.broken)
 
 
 def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
@@ -60,28 +101,34 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
         workload_id, endpoint = await services.acquire(
             team, name, record.spec.autoscaling.wake_timeout_s
         )
-        served = broken = False
+        outgoing = services.http.build_request(
+            request.method,
+            f"{endpoint.rstrip('/')}/{path}",
+            params=request.query_params,
+            content=body,
+            headers=[(k, v) for k, v in request.headers.items() if k.lower() not in _HOP],
+            timeout=_TIMEOUT,
+        )
         try:
-            answer = await services.http.request(
-                request.method,
-                f"{endpoint.rstrip('/')}/{path}",
-                params=request.query_params,
-                content=body,
-                headers=[(k, v) for k, v in request.headers.items() if k.lower() not in _HOP],
-                timeout=_TIMEOUT,
-            )
-            served = True
+            answer = await services.http.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
-            broken = True
+            services.release(team, name, workload_id, served=False, broken=True)
             log.warning("gateway_replica_failed", service=f"{team}/{name}", replica=workload_id)
             raise Unavailable(
                 f"replica {workload_id} of {team}/{name} did not answer ({type(exc).__name__})"
             ) from None
-        finally:
-            services.release(team, name, workload_id, served, broken)
+        except BaseException:  # the caller went away while the replica had not answered yet
+            services.release(team, name, workload_id, served=False)
+            raise
         headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
         headers["x-gpufed-replica"] = workload_id
-        return Response(answer.content, status_code=answer.status_code, headers=headers)
+
+        def release(served: bool, broken: bool) -> None:
+            services.release(team, name, workload_id, served, broken)
+            if broken:
+                log.warning("gateway_replica_broke", service=f"{team}/{name}", replica=workload_id)
+
+        return _Relay(answer, headers, release)
 
     @app.api_route("/svc/{team}/{name}/{path:path}", methods=_METHODS, include_in_schema=False)
     async def gateway(request: Request, team: str, name: str, path: str) -> Response:

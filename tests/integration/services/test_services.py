@@ -155,6 +155,36 @@ async def test_a_service_at_zero_replicas_wakes_for_a_request(fed: InProcessFede
     assert woke  # the request waiting at zero started a replica
 
 
+async def test_a_streamed_answer_reaches_the_caller_as_it_comes(
+    fed: InProcessFederation,
+) -> None:
+    api = await start(fed)
+    assert (await api.post("/v1/services", json=service("tokens", replicas=1))).status_code == 201
+    await wait_service(api, "tokens", "ready", lambda s: s["ready"] == 1)
+    token = {"Authorization": f"Bearer {fed.admin_token}"}
+    async with fed.serve() as url, httpx.AsyncClient(base_url=url, headers=token) as caller:
+        async with caller.stream("GET", f"/svc/{TEAM}/tokens/stream", timeout=30) as answer:
+            assert answer.status_code == 200
+            assert answer.headers["content-type"] == "text/event-stream"
+            chunks = answer.aiter_raw()
+            # The replica holds the rest back until /release: an answer buffered whole on the
+            # way would bring nothing here.
+            assert await asyncio.wait_for(anext(chunks), 10) == b"data: token 1\n\n"
+            assert (await show(api, "tokens"))["in_flight"] == 1
+            assert (await caller.get(f"/svc/{TEAM}/tokens/release")).status_code == 200
+            rest = b"".join([chunk async for chunk in chunks])
+        assert rest == b"data: token 2\n\ndata: [DONE]\n\n"
+        status = await show(api, "tokens")
+        assert (status["in_flight"], status["requests"]) == (0, 2)
+
+        # A caller who goes away mid-answer frees the replica's slot, and is not counted served.
+        async with caller.stream("GET", f"/svc/{TEAM}/tokens/stream", timeout=30) as answer:
+            assert await asyncio.wait_for(anext(answer.aiter_raw()), 10) == b"data: token 1\n\n"
+        assert (await caller.get(f"/svc/{TEAM}/tokens/release")).status_code == 200
+    await wait_service(api, "tokens", "the slot freed", lambda s: s["in_flight"] == 0)
+    assert (await show(api, "tokens"))["requests"] == 3
+
+
 async def test_an_unhealthy_or_crashed_replica_is_replaced(fed: InProcessFederation) -> None:
     api = await start(fed)
     assert (await api.post("/v1/services", json=service("fragile", replicas=1))).status_code == 201
