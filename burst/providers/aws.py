@@ -75,6 +75,7 @@ class AwsLaunchConfig:
     cluster: str = "default"
     package: str = "gpufed[nvml]"
     extra_tags: Mapping[str, str] = field(default_factory=dict)
+    nats_ca: str | None = None  # PEM of a private CA the hub's NATS certificate is signed by
 
 
 def ec2_client_factory(
@@ -142,6 +143,7 @@ class AwsProvider:
             region=request.region,
             nats_url=self._config.nats_url,
             creds=request.spoke_creds,
+            nats_ca=self._config.nats_ca,
             labels={
                 "instance-type": request.instance_type,
                 "market": request.market.value,

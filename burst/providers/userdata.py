@@ -60,6 +60,9 @@ class SpokeBoot:
     package: str = "gpufed[nvml]"
     gpufed_bin: str = "/opt/gpufed/venv/bin/gpufed"
     creds_path: str = "/etc/gpufed/nats.creds"
+    # PEM of the CA the hub's NATS certificate is signed by (a private CA); None: the system's.
+    nats_ca: str | None = field(default=None, repr=False)
+    ca_path: str = "/etc/gpufed/nats-ca.crt"
     # Instance metadata to watch for a spot interruption notice (spot instances only).
     interruption_imds: str | None = None
 
@@ -77,6 +80,7 @@ class SpokeBoot:
             "--nats-url",
             self.nats_url,
             *(["--nats-creds", self.creds_path] if self.creds is not None else []),
+            *(["--nats-ca", self.ca_path] if self.nats_ca is not None else []),
             "--inventory",
             "nvml",
             "--runtime",
@@ -99,7 +103,8 @@ def render_user_data(template: str, boot: SpokeBoot) -> str:
 
     Placeholders: burst_id, region, nats_url, package (shell-quoted), command (the full
     `gpufed spoke ...` line) and creds_file (the lines writing the instance's NATS credential
-    to `creds_path`, mode 0600; the command line only names the file).
+    to `creds_path`, mode 0600, and the NATS server's CA, if any, to `ca_path`; the command
+    line only names the files).
     """
     values = {
         "creds_file": _creds_file(boot),
@@ -113,7 +118,7 @@ def render_user_data(template: str, boot: SpokeBoot) -> str:
     unknown = sorted(name for name in used if name not in values)
     if unknown:
         raise ValueError(f"user data template has unknown placeholders: {', '.join(unknown)}")
-    if boot.creds is not None and "creds_file" not in used:
+    if (boot.creds is not None or boot.nats_ca is not None) and "creds_file" not in used:
         raise ValueError("user data template has no {{ creds_file }}: the spoke could not join")
     rendered = _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
     size = len(rendered.encode())
@@ -125,19 +130,32 @@ def render_user_data(template: str, boot: SpokeBoot) -> str:
 _CREDS_LINE = re.compile(r"^[A-Za-z0-9._=*\- ]*$")
 
 
+_PEM_LINE = re.compile(r"^[A-Za-z0-9+/= -]*$")
+
+
 def _creds_file(boot: SpokeBoot) -> str:
-    if boot.creds is None:
-        return ""
-    lines = boot.creds.strip("\n").split("\n")
-    if not all(_CREDS_LINE.match(line) and line != "CREDS" for line in lines):
-        raise ValueError("NATS credential has characters outside a creds file's")  # not echoed
-    _check_safe(boot.creds_path)
-    directory = boot.creds_path.rsplit("/", 1)[0] or "/"
-    body = "\n".join(lines)
+    out = ""
+    if boot.creds is not None:
+        lines = boot.creds.strip("\n").split("\n")
+        if not all(_CREDS_LINE.match(line) and line != "CREDS" for line in lines):
+            raise ValueError("NATS credential has characters outside a creds file's")  # no echo
+        out += _file(boot.creds_path, "\n".join(lines), "CREDS")
+    if boot.nats_ca is not None:
+        lines = boot.nats_ca.strip("\n").split("\n")
+        if not all(_PEM_LINE.match(line) and line != "PEM" for line in lines):
+            raise ValueError("NATS CA is not a PEM certificate")
+        out += _file(boot.ca_path, "\n".join(lines), "PEM")
+    return out
+
+
+def _file(path: str, body: str, end: str) -> str:
+    """Shell lines writing `body` to `path`, mode 0600, in a 0700 folder."""
+    _check_safe(path)
+    directory = path.rsplit("/", 1)[0] or "/"
     return (
         f"install -d -m 0700 {directory}\n"
-        f"(umask 077; cat > {boot.creds_path} <<'CREDS'\n{body}\nCREDS\n)\n"
-        f"chmod 0600 {boot.creds_path}\n"
+        f"(umask 077; cat > {path} <<'{end}'\n{body}\n{end}\n)\n"
+        f"chmod 0600 {path}\n"
     )
 
 

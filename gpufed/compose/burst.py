@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from burst.catalog import Catalog, load_catalog
 from burst.ports import Provisioner
@@ -95,8 +96,19 @@ def build_provider(settings: BurstSettings, catalog: Catalog) -> Provisioner:
         root_device_name=settings.aws_root_device_name,
         cluster=settings.aws_cluster,
         package=settings.aws_package,
+        # The instances check the hub's NATS server against the same CA as this controller.
+        nats_ca=_read_ca(settings.nats_ca),
     )
     factory = ec2_client_factory(
         settings.aws_region, settings.aws_endpoint_url, settings.aws_profile
     )
     return AwsProvider(factory, settings.aws_region, config)
+
+
+def _read_ca(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ValueError(f"--nats-ca {path}: {exc.strerror or exc}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from typing import Any
 
@@ -99,6 +100,20 @@ async def test_launch_tags_the_instance_and_boots_a_spoke(provider: AwsProvider,
     assert described.state is InstanceState.RUNNING  # moto boots instances at once
     event = described.to_event(at=1.0)
     assert (event.burst_id, event.provider, event.state) == (info.burst_id, "aws", described.state)
+
+
+async def test_a_private_ca_goes_to_the_instance_beside_its_credential(
+    provider: AwsProvider, ec2: Any
+) -> None:
+    ca = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"
+    config = dataclasses.replace(provider._config, nats_ca=ca)
+    info = await AwsProvider(lambda: ec2, REGION, config).launch(request(market=Market.ON_DEMAND))
+    [raw] = instances(ec2, **{"tag:gpufed:burst-id": info.burst_id})
+    attribute = ec2.describe_instance_attribute(InstanceId=raw["InstanceId"], Attribute="userData")
+    script = base64.b64decode(attribute["UserData"]["Value"]).decode()
+    # The spoke checks the hub's NATS server against the deployment's own CA, from a file.
+    assert "--nats-creds /etc/gpufed/nats.creds --nats-ca /etc/gpufed/nats-ca.crt " in script
+    assert "(umask 077; cat > /etc/gpufed/nats-ca.crt <<'PEM'\n" + ca + "PEM\n" in script
 
 
 async def test_on_demand_launch_has_no_spot_options(provider: AwsProvider, ec2: Any) -> None:

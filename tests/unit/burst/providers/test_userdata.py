@@ -84,6 +84,27 @@ def test_unsafe_values_are_refused_without_echoing_them(change: dict[str, object
     assert "rm -rf" not in str(caught.value)
 
 
+CA = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU+/AbC=\n-----END CERTIFICATE-----\n"
+
+
+def test_a_private_ca_reaches_the_instance_as_a_file_the_spoke_checks_the_hub_with() -> None:
+    boot = dataclasses.replace(BOOT, nats_ca=CA)
+    script = render_user_data(DEFAULT_TEMPLATE, boot)
+    assert (
+        "(umask 077; cat > /etc/gpufed/nats-ca.crt <<'PEM'\n-----BEGIN CERTIFICATE-----\n"
+        "MIIBszCCAVmgAwIBAgIU+/AbC=\n-----END CERTIFICATE-----\nPEM\n)\n"
+    ) in script
+    args = _parser().parse_args(boot.command().split()[1:])
+    assert (str(args.nats_ca), str(args.nats_creds)) == (
+        "/etc/gpufed/nats-ca.crt",
+        "/etc/gpufed/nats.creds",
+    )
+    assert "--nats-ca" not in BOOT.command()  # none given: the system's CAs, as before
+    for bad in ("-----BEGIN CERTIFICATE-----\n$(reboot)\n", "x\nPEM\nrm -rf /\n"):
+        with pytest.raises(ValueError, match="not a PEM certificate"):
+            render_user_data(DEFAULT_TEMPLATE, dataclasses.replace(BOOT, nats_ca=bad))
+
+
 def test_unknown_placeholder_and_size_limit() -> None:
     with pytest.raises(ValueError, match="unknown placeholders: nope"):
         render_user_data("{{ nope }} {{ command }}", BOOT)
