@@ -150,15 +150,20 @@ class NatsAuthority:
         )  # fmt: skip
         return Issued(jwt.creds(token, user), user.public, None)
 
-    def write_issuer(self, path: Path, now: int) -> Path:
-        """The file (0600) the burst controller mints and revokes instance credentials with."""
+    def issuer(self, now: int) -> str:
+        """What the burst controller mints and revokes instance credentials with (JSON, holding
+        signing seeds: a secret)."""
         data = {
             "account": self.account.public,
             "account_signer": self.account_signer.seed,
             "operator_signer": self.operator_signer.seed,
             "system_creds": self.issue_system(now).creds,
         }
-        write_secret(path, json.dumps(data, indent=1))
+        return json.dumps(data, indent=1)
+
+    def write_issuer(self, path: Path, now: int) -> Path:
+        """`issuer` in a file (0600): `gpufed burst --nats-issuer`."""
+        write_secret(path, self.issuer(now))
         return path
 
 

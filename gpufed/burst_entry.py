@@ -41,7 +41,7 @@ _RENAMED = {
     "aws_subnet": "aws_subnet_ids",
     "aws_security_group": "aws_security_group_ids",
 }
-_NOT_SETTINGS = {"func", "team_budget", "unlimited_instances"}
+_NOT_SETTINGS = {"func", "team_budget", "unlimited_instances", "nats_url_file"}
 
 
 def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -50,6 +50,9 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
         "burst", help="run the cloud burst controller (launches and releases cloud spokes)"
     )
     p.add_argument("--nats-url", help="hub NATS URL (default nats://127.0.0.1:4222)")
+    p.add_argument(
+        "--nats-url-file", type=Path, help="a file holding the NATS URL (a mounted Secret)"
+    )
     p.add_argument("--nats-creds", type=Path, help="this controller's NATS .creds file")
     p.add_argument("--nats-ca", type=Path, help="CA of the NATS server's certificate (TLS)")
     p.add_argument(
@@ -138,6 +141,12 @@ def settings_from_args(args: argparse.Namespace) -> BurstSettings:
         if dest in _NOT_SETTINGS or value is None:
             continue
         values[_RENAMED.get(dest, dest)] = value
+    url_file = getattr(args, "nats_url_file", None)
+    if url_file is not None:
+        try:
+            values["nats_url"] = url_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"--nats-url-file: {exc.strerror}: {url_file}") from None
     if getattr(args, "unlimited_instances", False):
         values["max_instances"] = None
     budgets = [_team_budget(item) for item in getattr(args, "team_budget", [])]

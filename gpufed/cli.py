@@ -203,6 +203,10 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     init.add_argument("--hub-leaf-url", help="where leaf nodes reach the hub, tls://HOST:7422")
     init.add_argument(
+        "--burst", action="store_true",
+        help="also the burst controller's credential and instance issuer (hub/burst-nats.yaml)",
+    )  # fmt: skip
+    init.add_argument(
         "--hub-url", default="tls://gpufed-nats:4222", help="the hub cluster's NATS client URL"
     )
     init.set_defaults(func=_nats_authority_init)
@@ -266,6 +270,7 @@ def _nats_authority_init(args: argparse.Namespace) -> int:
             hub_spokes=args.hub_spoke,
             hub_leaf_url=args.hub_leaf_url,
             hub_url=args.hub_url,
+            burst=args.burst,
         )
     except (OSError, ValueError) as exc:
         print(f"gpufed nats-authority init: {exc}", file=sys.stderr)

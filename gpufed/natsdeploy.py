@@ -10,6 +10,9 @@ confined to its own subjects (`bus.identities`). This writes, under `--out`:
   account and `full` resolver that deploy/nats/hub.conf includes;
 - `hub/hub-nats.yaml`: Secret `gpufed-hub-nats`, the hub's URL and credential;
 - `hub/spoke-<id>.yaml`: Secret `gpufed-spoke-nats` of a spoke that connects to the hub directly;
+- `hub/burst-nats.yaml` (with `--burst`): Secret `gpufed-burst-nats`, the burst controller's
+  URL, credential and `issuer` (the signing keys it mints and revokes each cloud instance's
+  credential with);
 - `regions/<region>/nats-auth.yaml`: the leaf node's `auth.conf` (operator, preloaded accounts,
   the hub's leaf address) and `leaf.creds`, its credential at the hub;
 - `regions/<region>/spoke-<id>.yaml`: Secret `gpufed-spoke-nats` of each of its spokes;
@@ -70,6 +73,7 @@ def write_deploy_auth(
     hub_spokes: Sequence[str] = (),
     hub_leaf_url: str | None = None,
     hub_url: str = DEFAULT_CLIENT_URL,
+    burst: bool = False,
 ) -> list[Path]:
     """Write the authority (created once, then reused) and every manifest; the paths written.
 
@@ -94,6 +98,15 @@ def write_deploy_auth(
     ]  # fmt: skip
     for spoke in hub_spokes:
         written.append(_spoke(out / "hub", authority, spoke, hub_url, now))
+    if burst:
+        controller = authority.issue(identities.BURST, identities.burst_permissions(), now=now)
+        written.append(
+            _secret(
+                out / "hub" / "burst-nats.yaml",
+                "gpufed-burst-nats",
+                {"url": hub_url, "creds": controller.creds, "issuer": authority.issuer(now)},
+            )
+        )
     for region in regions:
         folder = out / "regions" / region.name
         leaf = authority.issue(

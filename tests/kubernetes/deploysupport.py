@@ -95,7 +95,7 @@ def with_test_tls(config_text: str) -> str:
 
 @functools.cache
 def generated_auth() -> Path:
-    """`gpufed nats-authority init` output for REGIONS and HUB_SPOKES (made once per run)."""
+    """`gpufed nats-authority init --burst` for REGIONS and HUB_SPOKES (made once per run)."""
     out = Path(tempfile.mkdtemp(prefix="gpufed-nats-auth-")) / "out"
     write_deploy_auth(
         out,
@@ -103,6 +103,7 @@ def generated_auth() -> Path:
         regions=REGIONS,
         hub_spokes=HUB_SPOKES,
         hub_leaf_url="tls://127.0.0.1:9",
+        burst=True,
     )
     return out
 

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 from spoke.runtime.kubernetes import DEFAULT_PRIORITY_CLASSES
 from tests.kubernetes.deploysupport import container, env_of, one, render
 
-OVERLAYS = ("embedded-hub", "hub-postgres", "spoke-eu", "spoke-us")
+OVERLAYS = ("embedded-hub", "hub-postgres", "spoke-eu", "spoke-us", "burst-aws")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -98,6 +98,39 @@ def secret_mounts(docs: list[dict[str, Any]], deployment: str) -> dict[str, str]
     return {
         m["mountPath"]: secrets[m["name"]]["secretName"] for m in mounts if m["name"] in secrets
     }
+
+
+@pytest.mark.security
+def test_burst_runs_the_documented_command_with_its_secrets_as_files() -> None:
+    docs = render("burst-aws")
+    burst = container(docs, "Deployment", "gpufed-burst")
+    assert " ".join(burst["command"] + burst["args"]) == (
+        "gpufed burst --nats-url-file /var/run/secrets/gpufed/nats/url "
+        "--nats-creds /var/run/secrets/gpufed/nats/creds "
+        "--nats-ca /var/run/secrets/gpufed/nats-ca/ca.crt "
+        "--nats-issuer /var/run/secrets/gpufed/nats/issuer "
+        "--metrics-host 0.0.0.0 --metrics-port 9102 --provider=aws --aws-region=us-east-1 "
+        "--aws-image-id=ami-0123456789abcdef0 --aws-subnet=subnet-0123456789abcdef0 "
+        "--aws-security-group=sg-0123456789abcdef0 --aws-instance-profile=gpufed-burst-spoke "
+        "--aws-cluster=gpufed --spoke-nats-url=tls://nats.gpufed.example.com:4222 "
+        "--max-instances=4"
+    )
+    # The issuer holds the account's signing keys: a mounted file, never argv or env.
+    assert "env" not in burst and "envFrom" not in burst
+    assert secret_mounts(docs, "gpufed-burst") == {
+        "/var/run/secrets/gpufed/nats": "gpufed-burst-nats",
+        "/var/run/secrets/gpufed/nats-ca": "gpufed-nats-tls",
+    }
+    deployment = one(docs, "Deployment", "gpufed-burst")["spec"]
+    assert (deployment["replicas"], deployment["strategy"]["type"]) == (1, "Recreate")
+    account = one(docs, "ServiceAccount", deployment["template"]["spec"]["serviceAccountName"])
+    assert account["automountServiceAccountToken"] is False
+    # Instances reach NATS's client port from their network only, not from anywhere.
+    opened = one(docs, "NetworkPolicy", "gpufed-nats-burst-instances")["spec"]["ingress"]
+    assert opened == [{"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}], "ports": [{"port": 4222}]}]
+    clients = one(docs, "Service", "gpufed-nats-clients")["spec"]
+    assert clients["loadBalancerSourceRanges"] == ["10.0.0.0/16"]
+    assert [p["port"] for p in clients["ports"]] == [4222]
 
 
 @pytest.mark.parametrize(

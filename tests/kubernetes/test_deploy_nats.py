@@ -17,6 +17,7 @@ from nats.aio.client import RawCredentials
 
 from bus import identities, natsclient
 from bus.authority import NatsAuthority
+from bus.issuer import InstanceIssuer
 from bus.natsclient import Client
 from bus.tls import client_context
 from tests.kubernetes.deploysupport import (
@@ -82,6 +83,7 @@ def test_generated_secrets_are_private_and_name_what_the_pods_mount() -> None:
         if path.is_file():
             assert path.stat().st_mode & 0o077 == 0, path
     assert set(secret_data("hub/hub-nats.yaml")) == {"url", "creds"}
+    assert set(secret_data("hub/burst-nats.yaml")) == {"url", "creds", "issuer"}
     assert set(secret_data("regions/eu/spoke-eu-west-1.yaml")) == {"url", "creds"}
     assert set(secret_data("regions/eu/nats-auth.yaml")) == {"auth.conf", "leaf.creds"}
     assert "resolver: {" in secret_data("hub/nats-auth.yaml")["auth.conf"]  # full: revocations
@@ -266,3 +268,32 @@ async def test_leaf_config_lets_a_spoke_consume_only_its_own_commands(leaf_eu: s
 
         assert command.data == b"place wl-1"
         assert any("permissions violation" in e.lower() for e in errors)
+
+
+async def test_the_burst_secret_joins_the_hub_and_mints_and_revokes_instance_credentials(
+    hub_nats: str, tmp_path: Path
+) -> None:
+    """What deploy/base/burst mounts, against the shipped hub config: the controller's own
+    credential is accepted, and its issuer's instance credentials work until revoked."""
+    data = secret_data("hub/burst-nats.yaml")
+    controller = await connect_tls(
+        hub_nats, data["creds"], inbox_prefix=identities.inbox_prefix(identities.BURST)
+    )
+    await controller.flush()
+    assert controller.is_connected
+    issuer_file = tmp_path / "issuer"
+    issuer_file.write_text(data["issuer"])
+    issuer = InstanceIssuer(issuer_file, hub_nats, tls_ca=str(tls_dir_for_tests() / "ca.crt"))
+    creds = issuer.mint("burst-9-0-ab", time.time())
+    inbox = identities.inbox_prefix("burst-9-0-ab")
+    instance = await connect_tls(hub_nats, creds, inbox_prefix=inbox)
+    await instance.flush()
+    assert instance.is_connected
+
+    await issuer.revoke(["burst-9-0-ab"], time.time())
+    with anyio.fail_after(5):
+        while not instance.is_closed:  # cut off at once
+            await anyio.sleep(0.02)
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await connect_tls(hub_nats, creds, inbox_prefix=inbox)
+    await controller.close()

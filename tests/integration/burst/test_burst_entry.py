@@ -57,6 +57,17 @@ def test_aws_plans_only_in_its_region() -> None:
     assert both.policy().regions == frozenset()  # nothing this provider can launch
 
 
+@pytest.mark.security
+def test_the_nats_url_may_come_from_a_mounted_file(tmp_path: Path) -> None:
+    url = tmp_path / "url"
+    url.write_text("tls://gpufed-nats:4222\n")
+    assert settings_from_args(parse("--nats-url-file", str(url))).nats_url == (
+        "tls://gpufed-nats:4222"
+    )
+    with pytest.raises(ValueError, match="--nats-url-file: No such file"):
+        settings_from_args(parse("--nats-url-file", str(tmp_path / "missing")))
+
+
 def test_bad_values_are_refused() -> None:
     with pytest.raises(ValueError, match="TEAM=PER_HOUR"):
         settings_from_args(parse("--team-budget", "ml"))
