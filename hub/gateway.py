@@ -82,8 +82,10 @@ class _Relay(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:  # however it ended: the connection goes back, the replica's slot with it
-            await self.answer.aclose()
-            self.release(self.served, self.broken)
+            try:
+                await self.answer.aclose()
+            finally:
+                self.release(self.served, self.broken)
 
 
 def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
