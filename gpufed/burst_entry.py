@@ -18,6 +18,7 @@ from burst.errors import BurstError
 from burst.settings import BurstSettings, TeamBudgetSettings
 from gpufed import logs
 from gpufed.compose.burst import build_burst, serve_burst
+from gpufed.secretfile import read_secret_file
 
 #: argparse dest -> BurstSettings field, for flags whose names differ from the field.
 _RENAMED = {
@@ -143,10 +144,7 @@ def settings_from_args(args: argparse.Namespace) -> BurstSettings:
         values[_RENAMED.get(dest, dest)] = value
     url_file = getattr(args, "nats_url_file", None)
     if url_file is not None:
-        try:
-            values["nats_url"] = url_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(f"--nats-url-file: {exc.strerror}: {url_file}") from None
+        values["nats_url"] = read_secret_file(url_file, "--nats-url-file")
     if getattr(args, "unlimited_instances", False):
         values["max_instances"] = None
     budgets = [_team_budget(item) for item in getattr(args, "team_budget", [])]

@@ -12,6 +12,7 @@ from pathlib import Path
 import nats.errors as nats_errors
 
 from gpufed import __version__, logs
+from gpufed.secretfile import read_secret_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,9 +398,9 @@ def _read_secret(path: Path | None, flag: str) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise SystemExit(f"gpufed: {flag}: {exc.strerror}: {exc.filename}") from None
+        return read_secret_file(path, flag)
+    except ValueError as exc:
+        raise SystemExit(f"gpufed: {exc}") from None
 
 
 def _env_path(name: str) -> Path | None:
