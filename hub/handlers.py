@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from hub import transitions
 from hub.core import lifecycle
 from hub.core.fencing import SUSPICIOUS, EventRefusal, refuse_event
-from hub.core.lifecycle import EndReason, Event
+from hub.core.lifecycle import EndReason, Event, live_attempt
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
 from hub.idle import note_activity
@@ -203,17 +203,18 @@ class Handlers(Intake):
             changed: dict[str, WorkloadRecord] = {}
             for subject, subject_spoke, event in events:
                 record = state.workloads.get(event.workload_id)
-                live = record.live if record is not None else None
-                attempt = next(
-                    (a for a in (record.attempts if record else ()) if a.epoch == event.epoch),
-                    None,
-                )
+                attempts = record.attempts if record is not None else ()
+                live = live_attempt(attempts)
+                # The event's attempt: nearly always the latest.
+                attempt = attempts[-1] if attempts else None
+                if attempt is not None and attempt.epoch != event.epoch:
+                    attempt = next((a for a in attempts if a.epoch == event.epoch), None)
                 refusal = refuse_event(
                     subject_spoke=subject_spoke,
                     event_spoke=event.spoke_id,
                     event_epoch=event.epoch,
                     known=record is not None,
-                    latest_epoch=record.epoch if record is not None else 0,
+                    latest_epoch=attempts[-1].epoch if attempts else 0,
                     attempt_spoke=attempt.spoke_id if attempt is not None else None,
                     attempt_live=attempt is not None and attempt.live,
                 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
@@ -51,6 +52,18 @@ class WorkloadRecord(BaseModel):
     rejected_by: list[str] = Field(default_factory=list)
     history: list[HistoryEntry] = Field(default_factory=list)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A field is written as pydantic writes one of a model without validate_assignment
+        (into the instance, noted as set), without its three calls and two lookups: the hub
+        writes a dozen a workload. Anything else (`lifecycle`, an unknown name) as pydantic."""
+        if name in _FIELDS:
+            self.__dict__[name] = value
+            self.__pydantic_fields_set__.add(name)
+        elif name == "lifecycle":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
     @property
     def lifecycle(self) -> Lifecycle:
         """Its place in the lifecycle, as the core moves it."""
@@ -58,9 +71,9 @@ class WorkloadRecord(BaseModel):
 
     @lifecycle.setter
     def lifecycle(self, lc: Lifecycle) -> None:
-        self.phase, self.attempts = lc.phase, lc.attempts
-        if lc.restarts != self.restarts:  # seldom: each assignment is pydantic's __setattr__
-            self.restarts = lc.restarts
+        fields = self.__dict__
+        fields["phase"], fields["attempts"], fields["restarts"] = lc.phase, lc.attempts, lc.restarts
+        self.__pydantic_fields_set__.update(_MOVED)
 
     @property
     def live(self) -> Attempt | None:
@@ -146,12 +159,20 @@ class WorkloadRecord(BaseModel):
         return live.command_seq if live else None
 
     def note(self, at: float, event: str, detail: str = "") -> None:
-        """Append to the history (the API shows it; requeues keep it)."""
-        self.history.append(
-            HistoryEntry(
-                at=at, event=event, epoch=self.epoch, spoke_id=self.spoke_id, detail=detail
-            )
-        )
+        """Append to the history (the API shows it; requeues keep it), with the current
+        attempt's epoch and spoke (`epoch`, `spoke_id`: read here without their properties)."""
+        attempts = self.attempts
+        if not attempts:
+            self.history.append(HistoryEntry(at, event, 0, None, detail))
+            return
+        last = attempts[-1]
+        spoke = None if self.phase == Phase.QUEUED else last.spoke_id
+        self.history.append(HistoryEntry(at, event, last.epoch, spoke, detail))
+
+
+#: What `WorkloadRecord.__setattr__` writes straight in, and what a lifecycle move sets.
+_FIELDS = frozenset(WorkloadRecord.model_fields)
+_MOVED = ("phase", "attempts", "restarts")
 
 
 class DecisionRecord(BaseModel):

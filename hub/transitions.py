@@ -55,9 +55,10 @@ def end(
 
     Returns the ended attempt.
     """
-    verdict = lifecycle.verdict(reason, w.restarts, w.retry_rules)
+    rules = w.retry_rules
+    verdict = lifecycle.verdict(reason, w.restarts, rules)
     w.note(now, reason.value, detail)
-    w.lifecycle = lifecycle.end(w.lifecycle, w.epoch, reason, now, w.retry_rules, exit_code)
+    w.lifecycle = lifecycle.end(w.lifecycle, w.epoch, reason, now, rules, exit_code)
     ended = w.attempts[-1]
     if verdict is Verdict.REQUEUE:
         w.note(now, "requeued")

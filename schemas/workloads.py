@@ -297,8 +297,11 @@ def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
     something other than what was asked. Empty for a spec without any."""
     found: list[tuple[str, str | None]] = []
     for model, prefix in ((spec, ""), (spec.affinity, "affinity.")):
+        extra = model.model_extra
+        if not extra:
+            continue  # nearly every spec: checked on every submission
         known = list(type(model).model_fields)
-        for name in model.model_extra or ():
+        for name in extra:
             near = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
                 k for k in known if k.startswith(name)
             ]
