@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufed.secretfile import read_secret_file
+
 ROLES = ("viewer", "member", "team-admin", "admin")
 
 
@@ -63,7 +65,11 @@ def _token(args: argparse.Namespace) -> int:
             return 2
         store_url = args.store_url
         if args.store_url_file is not None:
-            store_url = args.store_url_file.read_text(encoding="utf-8").strip()
+            try:
+                store_url = read_secret_file(args.store_url_file, "--store-url-file")
+            except ValueError as exc:
+                print(f"gpufed token create: {exc}", file=sys.stderr)
+                return 2
         if store_url:
             created = _create_in_store(store_url, args.user, args.role, team, args.ttl)
         else:

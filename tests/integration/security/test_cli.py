@@ -90,9 +90,14 @@ def test_bootstrap_through_the_store_and_revoke(
     hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{hub.data_dir / 'hub' / 'hub.db'}"
-    code, out, _ = gpufed(
-        capsys, "token", "create", "--store-url", url, "--user", "ops2", "--role", "admin"
-    )
+    # The URL from a file, as from a mounted Secret (a missing one: said, not a traceback).
+    url_file = hub.data_dir / "store-url"
+    args = ("token", "create", "--store-url-file", str(url_file), "--user", "ops2")
+    code, out, err = gpufed(capsys, *args, "--role", "admin")
+    assert code == 2 and not out
+    assert f"--store-url-file: No such file or directory: {url_file}" in err
+    url_file.write_text(url + "\n")
+    code, out, _ = gpufed(capsys, *args, "--role", "admin")
     assert code == 0
     token = out.splitlines()[-1]
     monkeypatch.setenv("GPUFED_TOKEN", token)
