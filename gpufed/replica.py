@@ -6,7 +6,10 @@ inference time); `/health` answers 200 until someone calls `/sick`, then 500; `/
 the process with status 3 (a crash). `/stream` answers like a language model streaming
 tokens (server-sent events, no length): its first event at once, the rest once someone has
 called `/release` since (at most 30 s later), so a test can tell a streamed answer from one
-buffered whole on the way.
+buffered whole on the way. A POST's body (with a length, or in chunks) is read as it comes
+and its size and Content-Type answered; `/received` answers how many bytes of the POST being
+read have arrived so far, so a test can tell an upload relayed as it comes from one gathered
+whole first.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _sick = threading.Event()
 _released = threading.Event()
+_received = [0]  # bytes of the POST body being read that have arrived
+_PIECE = 64 * 1024
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -39,9 +44,33 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/stream"):
             self._stream()
             return
+        if self.path.startswith("/received"):
+            self._answer(200, str(_received[0]).encode())
+            return
         time.sleep(float(os.environ.get("REPLICA_DELAY_S", "0")))
         version = os.environ.get("REPLICA_VERSION", "v1")
         self._answer(200, f"{version} {os.environ.get('GPUFED_WORKLOAD_ID', '?')}".encode())
+
+    def do_POST(self) -> None:
+        _received[0] = 0
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                self._take(size)
+                self.rfile.readline()  # the chunk's CRLF
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+        else:
+            self._take(int(self.headers.get("Content-Length", "0")))
+        kind = self.headers.get("Content-Type", "")
+        self._answer(200, f"{_received[0]} {kind}".strip().encode())
+
+    def _take(self, size: int) -> None:
+        while size > 0:
+            piece = self.rfile.read(min(size, _PIECE))
+            if not piece:
+                raise ConnectionError("the body ended early")
+            _received[0] += len(piece)
+            size -= len(piece)
 
     def _answer(self, status: int, body: bytes) -> None:
         self.send_response(status)

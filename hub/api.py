@@ -40,6 +40,7 @@ from hub.errors import (
     Unauthenticated,
     Unavailable,
 )
+from hub.gateway import PREFIX as GATEWAY_PREFIX
 from hub.gateway import add_gateway_routes
 from hub.idle import flagged_idle_s
 from hub.limits import BodyLimits
@@ -296,7 +297,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
     async def health() -> HealthOut:
         return HealthOut.model_validate(hub.health())
 
-    app.add_middleware(BodyLimits)
+    app.add_middleware(BodyLimits, exempt=(GATEWAY_PREFIX,))
     return app
 
 

@@ -8,9 +8,11 @@ the load signal autoscaling follows and what cost per 1,000 requests divides by.
 bearer token is checked here (unless the service is `public`) and never forwarded to the
 replica; nor are hop-by-hop headers.
 
-The replica's answer is streamed back as it comes (a language model's tokens reach the caller
-one by one, not after the last): the request counts as in flight, and the replica's slot as
-taken, until its last byte has gone out or either side has gone away.
+The caller's body goes to the replica as it comes, and the replica's answer back as it comes
+(a language model's tokens reach the caller one by one, not after the last): the hub holds
+neither whole, so an upload's size costs it no memory. The request counts as in flight, and
+the replica's slot as taken, until the answer's last byte has gone out or either side has gone
+away.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import httpx
 import structlog
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from hub.apideps import security
@@ -48,6 +51,8 @@ _HOP = frozenset(
     }
 )
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+#: Where the gateway's routes are: their bodies are the services' own (`hub.limits` leaves them).
+PREFIX = "/svc/"
 #: How long one proxied request may wait for the replica's next bytes (inference can be slow).
 _TIMEOUT = httpx.Timeout(300.0, connect=5.0)
 
@@ -88,6 +93,23 @@ class _Relay(StreamingResponse):
                 self.release(self.served, self.broken)
 
 
+def _body(request: Request) -> AsyncIterator[bytes] | None:
+    """The caller's body as it arrives; None for a request that has none."""
+    if "content-length" in request.headers or "transfer-encoding" in request.headers:
+        return request.stream()
+    return None
+
+
+def _forwarded(request: Request) -> list[tuple[str, str]]:
+    """The caller's headers the replica gets: not one hop's, not its credentials; its body's
+    length where it gave one (the body then goes as is, not re-framed in chunks)."""
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+    length = request.headers.get("content-length")
+    if length is not None:
+        headers.append(("content-length", length))
+    return headers
+
+
 def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
     """The `/svc/...` proxy routes on `app` (add before any catch-all mount)."""
     services = hub.services
@@ -99,7 +121,6 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
             who = await sec.authenticator.authenticate(request.headers.get("authorization"))
             if not allowed(who, Action.READ, team):
                 raise Forbidden(f"{who.user} may not call the services of team {team}")
-        body = await request.body()
         workload_id, endpoint = await services.acquire(
             team, name, record.spec.autoscaling.wake_timeout_s
         )
@@ -107,12 +128,15 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
             request.method,
             f"{endpoint.rstrip('/')}/{path}",
             params=request.query_params,
-            content=body,
-            headers=[(k, v) for k, v in request.headers.items() if k.lower() not in _HOP],
+            content=_body(request),
+            headers=_forwarded(request),
             timeout=_TIMEOUT,
         )
         try:
             answer = await services.http.send(outgoing, stream=True)
+        except ClientDisconnect:  # the caller went away mid-upload: nobody to answer
+            services.release(team, name, workload_id, served=False)
+            return Response(status_code=499)
         except httpx.HTTPError as exc:
             services.release(team, name, workload_id, served=False, broken=True)
             log.warning("gateway_replica_failed", service=f"{team}/{name}", replica=workload_id)
@@ -132,10 +156,10 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
 
         return _Relay(answer, headers, release)
 
-    @app.api_route("/svc/{team}/{name}/{path:path}", methods=_METHODS, include_in_schema=False)
+    @app.api_route(PREFIX + "{team}/{name}/{path:path}", methods=_METHODS, include_in_schema=False)
     async def gateway(request: Request, team: str, name: str, path: str) -> Response:
         return await proxy(request, team, name, path)
 
-    @app.api_route("/svc/{team}/{name}", methods=_METHODS, include_in_schema=False)
+    @app.api_route(PREFIX + "{team}/{name}", methods=_METHODS, include_in_schema=False)
     async def gateway_root(request: Request, team: str, name: str) -> Response:
         return await proxy(request, team, name, "")

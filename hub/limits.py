@@ -7,6 +7,8 @@
   (deep nesting costs the parser stack and ends in a RecursionError otherwise).
 
 The body is buffered (at most `max_body` bytes) and replayed to the application unchanged.
+Paths under an `exempt` prefix pass untouched: the gateway's bodies (`/svc/...`) belong to the
+service they go to (any type, any size), and are relayed to it as they come.
 """
 
 from __future__ import annotations
@@ -32,14 +34,23 @@ class BodyLimits:
     """Wraps an ASGI app: 413 for big bodies, 422 for JSON nested too deep."""
 
     def __init__(
-        self, app: App, max_body: int = MAX_BODY_BYTES, max_depth: int = MAX_JSON_DEPTH
+        self,
+        app: App,
+        max_body: int = MAX_BODY_BYTES,
+        max_depth: int = MAX_JSON_DEPTH,
+        exempt: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.max_body = max_body
         self.max_depth = max_depth
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+        if (
+            scope["type"] != "http"
+            or scope.get("method") in ("GET", "HEAD", "OPTIONS")
+            or str(scope.get("path", "")).startswith(self.exempt)
+        ):
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
@@ -183,6 +185,44 @@ async def test_a_streamed_answer_reaches_the_caller_as_it_comes(
         assert (await caller.get(f"/svc/{TEAM}/tokens/release")).status_code == 200
     await wait_service(api, "tokens", "the slot freed", lambda s: s["in_flight"] == 0)
     assert (await show(api, "tokens"))["requests"] == 3
+
+
+async def test_an_upload_reaches_the_replica_as_it_comes(fed: InProcessFederation) -> None:
+    api = await start(fed)
+    assert (await api.post("/v1/services", json=service("uploads", replicas=1))).status_code == 201
+    await wait_service(api, "uploads", "ready", lambda s: s["ready"] == 1)
+    token = {"Authorization": f"Bearer {fed.admin_token}"}
+    half = 1024 * 1024
+    async with fed.serve() as url, httpx.AsyncClient(base_url=url, headers=token) as caller:
+
+        async def first_half_arrived() -> bool:
+            return int((await caller.get(f"/svc/{TEAM}/uploads/received")).text) >= half
+
+        async def body(then: bytes | None) -> AsyncIterator[bytes]:
+            yield b"x" * half
+            # The rest only once the replica holds the first half: a gateway that gathered
+            # the whole body before forwarding any would never let it arrive.
+            await wait_until(first_half_arrived, 20, "the first half at the replica", 0.05)
+            if then is None:
+                raise ConnectionAbortedError("the caller gives up mid-upload")
+            yield then
+
+        # Over the API's 1 MB bound for its own bodies, and of the caller's type, not JSON.
+        length = {"content-length": str(2 * half), "content-type": "audio/wav"}
+        upload = caller.post(f"/svc/{TEAM}/uploads/up", content=body(b"y" * half), headers=length)
+        answer = await asyncio.wait_for(upload, 30)
+        assert (answer.status_code, answer.text) == (200, f"{2 * half} audio/wav")
+        # Without a length (chunked), the same.
+        answer = await asyncio.wait_for(
+            caller.post(f"/svc/{TEAM}/uploads/up", content=body(b"z")), 30
+        )
+        assert (answer.status_code, answer.text) == (200, str(half + 1))
+
+        # A caller who goes away mid-upload frees the replica's slot.
+        broken = caller.post(f"/svc/{TEAM}/uploads/up", content=body(None), headers=length)
+        with pytest.raises(ConnectionAbortedError):
+            await asyncio.wait_for(broken, 30)
+    await wait_service(api, "uploads", "the slot freed", lambda s: s["in_flight"] == 0)
 
 
 async def test_an_unhealthy_or_crashed_replica_is_replaced(fed: InProcessFederation) -> None:
