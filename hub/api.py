@@ -42,6 +42,7 @@ from hub.errors import (
 )
 from hub.gateway import PREFIX as GATEWAY_PREFIX
 from hub.gateway import add_gateway_routes
+from hub.gatewayws import add_gateway_websockets
 from hub.idle import flagged_idle_s
 from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
@@ -291,6 +292,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
     add_observability_routes(app, hub, sec)
     add_service_routes(app, hub)
     add_gateway_routes(app, hub)
+    add_gateway_websockets(app, hub)
     mount_console(app)
 
     @app.get("/v1/health", response_model=HealthOut)

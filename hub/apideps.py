@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from starlette.requests import HTTPConnection
 
 from hub.audit import Auditor
 from hub.auth import Authenticator
@@ -35,8 +36,8 @@ class ApiSecurity:
         self.auditor = Auditor(self.store, hub.db, hub.clock)
 
 
-def security(request: Request) -> ApiSecurity:
-    """The app's ApiSecurity."""
+def security(request: HTTPConnection) -> ApiSecurity:
+    """The app's ApiSecurity (of a request's app, or a WebSocket's)."""
     sec: ApiSecurity = request.app.state.security
     return sec
 

@@ -34,7 +34,7 @@ from hub.service import HubService
 log = structlog.get_logger(__name__)
 
 #: Headers that belong to one hop (RFC 9110 7.6.1) or that we set ourselves.
-_HOP = frozenset(
+HOP = frozenset(
     {
         "connection",
         "keep-alive",
@@ -103,7 +103,7 @@ def _body(request: Request) -> AsyncIterator[bytes] | None:
 def _forwarded(request: Request) -> list[tuple[str, str]]:
     """The caller's headers the replica gets: not one hop's, not its credentials; its body's
     length where it gave one (the body then goes as is, not re-framed in chunks)."""
-    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
     length = request.headers.get("content-length")
     if length is not None:
         headers.append(("content-length", length))
@@ -146,7 +146,7 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
         except BaseException:  # the caller went away while the replica had not answered yet
             services.release(team, name, workload_id, served=False)
             raise
-        headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
+        headers = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
         headers["x-gpufed-replica"] = workload_id
 
         def release(served: bool, broken: bool) -> None:

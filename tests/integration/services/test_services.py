@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK, InvalidStatus
 
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
@@ -223,6 +225,43 @@ async def test_an_upload_reaches_the_replica_as_it_comes(fed: InProcessFederatio
         with pytest.raises(ConnectionAbortedError):
             await asyncio.wait_for(broken, 30)
     await wait_service(api, "uploads", "the slot freed", lambda s: s["in_flight"] == 0)
+
+
+async def test_a_websocket_reaches_a_replica_and_holds_its_slot(fed: InProcessFederation) -> None:
+    api = await start(fed)
+    assert (await api.post("/v1/services", json=service("live", replicas=1))).status_code == 201
+    await wait_service(api, "live", "ready", lambda s: s["ready"] == 1)
+    token = {"Authorization": f"Bearer {fed.admin_token}"}
+    async with fed.serve() as url:
+        ws_url = "ws" + url.removeprefix("http") + f"/svc/{TEAM}/live/ws"
+        with pytest.raises(InvalidStatus) as refused:  # no token, no session
+            async with connect(ws_url):
+                pass
+        assert refused.value.response.status_code == 403
+
+        async with connect(ws_url, additional_headers=token, subprotocols=["chat.v1"]) as ws:
+            assert ws.subprotocol == "chat.v1"  # the replica's choice, relayed
+            await ws.send("hello")
+            assert await asyncio.wait_for(ws.recv(), 10) == "echo hello"
+            await ws.send(b"\x00\x01")
+            assert await asyncio.wait_for(ws.recv(), 10) == b"\x00\x01"
+            assert (await show(api, "live"))["in_flight"] == 1  # a session holds the slot
+        status = await wait_service(api, "live", "the slot freed", lambda s: s["in_flight"] == 0)
+        assert status["requests"] == 1
+
+        # The replica closing as agreed ends the caller's session as agreed: served.
+        async with connect(ws_url, additional_headers=token) as ws:
+            await ws.send("bye")
+            with pytest.raises(ConnectionClosedOK):
+                await asyncio.wait_for(ws.recv(), 10)
+        # A replica that drops the connection: an abnormal close for the caller, not served.
+        async with connect(ws_url, additional_headers=token) as ws:
+            await ws.send("break")
+            with pytest.raises(ConnectionClosedError) as broke:
+                await asyncio.wait_for(ws.recv(), 10)
+            assert broke.value.rcvd is not None and broke.value.rcvd.code == 1011
+    status = await wait_service(api, "live", "both closed", lambda s: s["in_flight"] == 0)
+    assert status["requests"] == 2
 
 
 async def test_an_unhealthy_or_crashed_replica_is_replaced(fed: InProcessFederation) -> None:
