@@ -23,7 +23,7 @@ import httpx
 import structlog
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.types import Receive, Scope, Send
 
 from hub.apideps import security
@@ -110,20 +110,26 @@ def _forwarded(request: Request) -> list[tuple[str, str]]:
     return headers
 
 
+async def route(caller: HTTPConnection, hub: HubService, team: str, name: str) -> tuple[str, str]:
+    """A ready replica for the caller's request or WebSocket: (workload id, endpoint), to
+    `release` once done. Raises NotFound for an unknown service; for a service not `public`,
+    Unauthenticated or Forbidden unless the caller's bearer token may read the team's work;
+    Unavailable when no replica became ready in the service's `wake_timeout_s`."""
+    record = hub.services.get(team, name)
+    if not record.spec.public:
+        authorization = caller.headers.get("authorization")
+        who = await security(caller).authenticator.authenticate(authorization)
+        if not allowed(who, Action.READ, team):
+            raise Forbidden(f"{who.user} may not call the services of team {team}")
+    return await hub.services.acquire(team, name, record.spec.autoscaling.wake_timeout_s)
+
+
 def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
     """The `/svc/...` proxy routes on `app` (add before any catch-all mount)."""
     services = hub.services
 
     async def proxy(request: Request, team: str, name: str, path: str) -> Response:
-        record = services.get(team, name)  # 404 for an unknown service
-        if not record.spec.public:
-            sec = security(request)
-            who = await sec.authenticator.authenticate(request.headers.get("authorization"))
-            if not allowed(who, Action.READ, team):
-                raise Forbidden(f"{who.user} may not call the services of team {team}")
-        workload_id, endpoint = await services.acquire(
-            team, name, record.spec.autoscaling.wake_timeout_s
-        )
+        workload_id, endpoint = await route(request, hub, team, name)
         outgoing = services.http.build_request(
             request.method,
             f"{endpoint.rstrip('/')}/{path}",

@@ -23,10 +23,8 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidHandshake
 
-from hub.apideps import security
-from hub.core.access import Action, allowed
-from hub.errors import Forbidden, HubError
-from hub.gateway import HOP, PREFIX
+from hub.errors import HubError
+from hub.gateway import HOP, PREFIX, route
 from hub.service import HubService
 
 log = structlog.get_logger(__name__)
@@ -47,15 +45,7 @@ def add_gateway_websockets(app: FastAPI, hub: HubService) -> None:
     async def relay(websocket: WebSocket, team: str, name: str, path: str) -> None:
         services = hub.services
         try:
-            record = services.get(team, name)
-            if not record.spec.public:
-                auth = websocket.headers.get("authorization")
-                who = await security(websocket).authenticator.authenticate(auth)
-                if not allowed(who, Action.READ, team):
-                    raise Forbidden(f"{who.user} may not call the services of team {team}")
-            workload_id, endpoint = await services.acquire(
-                team, name, record.spec.autoscaling.wake_timeout_s
-            )
+            workload_id, endpoint = await route(websocket, hub, team, name)
         except HubError as exc:
             log.info("gateway_websocket_refused", service=f"{team}/{name}", why=str(exc))
             await websocket.close(code=1008)
