@@ -17,6 +17,7 @@ away.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -124,6 +125,16 @@ async def route(caller: HTTPConnection, hub: HubService, team: str, name: str) -
     return await hub.services.acquire(team, name, record.spec.autoscaling.wake_timeout_s)
 
 
+def finish(
+    hub: HubService, team: str, name: str, workload_id: str, served: bool, broken: bool
+) -> None:
+    """The request or WebSocket `route` gave `workload_id` is over: its slot goes back
+    (`ServiceController.release`), and a replica that broke off mid-way is logged."""
+    hub.services.release(team, name, workload_id, served, broken)
+    if broken:
+        log.warning("gateway_replica_broke", service=f"{team}/{name}", replica=workload_id)
+
+
 def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
     """The `/svc/...` proxy routes on `app` (add before any catch-all mount)."""
     services = hub.services
@@ -154,13 +165,7 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
             raise
         headers = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
         headers["x-gpufed-replica"] = workload_id
-
-        def release(served: bool, broken: bool) -> None:
-            services.release(team, name, workload_id, served, broken)
-            if broken:
-                log.warning("gateway_replica_broke", service=f"{team}/{name}", replica=workload_id)
-
-        return _Relay(answer, headers, release)
+        return _Relay(answer, headers, functools.partial(finish, hub, team, name, workload_id))
 
     @app.api_route(PREFIX + "{team}/{name}/{path:path}", methods=_METHODS, include_in_schema=False)
     async def gateway(request: Request, team: str, name: str, path: str) -> Response:

@@ -24,15 +24,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidHandshake
 
 from hub.errors import HubError
-from hub.gateway import HOP, PREFIX, route
+from hub.gateway import HOP, PREFIX, finish, route
 from hub.service import HubService
 
 log = structlog.get_logger(__name__)
 
-#: Handshake headers the relay sets on its own connection to the replica.
-_HANDSHAKE = frozenset(
-    {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "origin"}
-)
+#: Headers never forwarded: one hop's and the caller's credentials (as for any gateway
+#: request), and the handshake's own (with every `sec-websocket-*`), which the relay sets.
+_NOT_FORWARDED = HOP | {"origin"}
 #: Close codes that end a session as agreed (RFC 6455 7.4.1): normal, going away.
 _NORMAL = frozenset({1000, 1001})
 #: Longest a replica may take to answer the upgrade.
@@ -50,33 +49,34 @@ def add_gateway_websockets(app: FastAPI, hub: HubService) -> None:
             log.info("gateway_websocket_refused", service=f"{team}/{name}", why=str(exc))
             await websocket.close(code=1008)
             return
+        try:
+            upstream = await connect(
+                _upstream_url(endpoint, path, websocket.url.query),
+                additional_headers=_forwarded(websocket),
+                subprotocols=websocket.scope.get("subprotocols") or None,
+                open_timeout=_OPEN_TIMEOUT_S,
+                max_size=None,
+            )
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            services.release(team, name, workload_id, served=False, broken=True)
+            log.warning(
+                "gateway_replica_failed",
+                service=f"{team}/{name}",
+                replica=workload_id,
+                error=type(exc).__name__,
+            )
+            await websocket.close(code=1011)
+            return
+        except BaseException:  # the caller went away while the replica had not answered yet
+            services.release(team, name, workload_id, served=False)
+            raise
         served = broken = False
         try:
-            try:
-                upstream = await connect(
-                    _upstream_url(endpoint, path, websocket.url.query),
-                    additional_headers=_forwarded(websocket),
-                    subprotocols=websocket.scope.get("subprotocols") or None,
-                    open_timeout=_OPEN_TIMEOUT_S,
-                    max_size=None,
-                )
-            except (OSError, TimeoutError, InvalidHandshake) as exc:
-                broken = True
-                log.warning(
-                    "gateway_replica_failed",
-                    service=f"{team}/{name}",
-                    replica=workload_id,
-                    error=type(exc).__name__,
-                )
-                await websocket.close(code=1011)
-                return
             async with upstream:
                 await websocket.accept(subprotocol=upstream.subprotocol)
                 served, broken = await _pump(websocket, upstream)
         finally:
-            services.release(team, name, workload_id, served, broken)
-            if broken:
-                log.warning("gateway_replica_broke", service=f"{team}/{name}", replica=workload_id)
+            finish(hub, team, name, workload_id, served, broken)
 
     @app.websocket(PREFIX + "{team}/{name}/{path:path}")
     async def gateway_ws(websocket: WebSocket, team: str, name: str, path: str) -> None:
@@ -167,7 +167,5 @@ def _forwarded(websocket: WebSocket) -> list[tuple[str, str]]:
     return [
         (k, v)
         for k, v in websocket.headers.items()
-        if k.lower() not in HOP
-        and k.lower() not in _HANDSHAKE
-        and not k.lower().startswith("sec-websocket-")
+        if k.lower() not in _NOT_FORWARDED and not k.lower().startswith("sec-websocket-")
     ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from burst.catalog import Catalog, load_catalog
 from burst.ports import Provisioner
@@ -14,6 +13,7 @@ from bus.identities import BURST, inbox_prefix
 from bus.issuer import InstanceIssuer
 from bus.metrics_http import serve_metrics
 from gpufed.compose.signals import stop_on_signals
+from gpufed.secretfile import read_secret_file
 
 
 def build_burst(
@@ -97,18 +97,11 @@ def build_provider(settings: BurstSettings, catalog: Catalog) -> Provisioner:
         cluster=settings.aws_cluster,
         package=settings.aws_package,
         # The instances check the hub's NATS server against the same CA as this controller.
-        nats_ca=_read_ca(settings.nats_ca),
+        nats_ca=(
+            None if settings.nats_ca is None else read_secret_file(settings.nats_ca, "--nats-ca")
+        ),
     )
     factory = ec2_client_factory(
         settings.aws_region, settings.aws_endpoint_url, settings.aws_profile
     )
     return AwsProvider(factory, settings.aws_region, config)
-
-
-def _read_ca(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise ValueError(f"--nats-ca {path}: {exc.strerror or exc}") from None
