@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("--suspect-after", type=float, default=15.0, help="s of silence: no new work")
     hub.add_argument("--lost-after", type=float, default=120.0, help="s of silence: move its work")
     hub.add_argument(
+        "--drain",
+        type=int,
+        default=10,
+        help="s a stopping hub lets API requests in flight finish before it cuts them",
+    )
+    hub.add_argument(
         "--event-domain",
         action="append",
         default=[],
@@ -248,6 +254,7 @@ def _hub(args: argparse.Namespace) -> int:
         policy_file=args.policy,
         suspect_after_s=args.suspect_after,
         lost_after_s=args.lost_after,
+        drain_s=args.drain,
         admin_token=args.admin_token,
         oidc_config=args.oidc_config,
         event_domains=tuple(args.event_domain),

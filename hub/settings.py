@@ -49,6 +49,12 @@ class HubSettings(BaseModel):
     missing_grace_s: float = Field(
         default=5.0, ge=0, description="How long a placement may be absent from a spoke's sync."
     )
+    drain_s: int = Field(
+        default=10,
+        ge=0,
+        description="On stop, how long the API lets requests in flight finish (a streamed "
+        "answer through the gateway, say) before it cuts them.",
+    )
 
     def resolved_advertise_url(self) -> str:
         return self.advertise_url or f"http://{self.api_host}:{self.api_port}"

@@ -75,6 +75,21 @@ def build_hub(
     return Hub(service, store, create_app(service, security), security, meter)
 
 
+def api_server(app: FastAPI, settings: HubSettings) -> uvicorn.Server:
+    """The hub's HTTP server. Told to exit, it takes no new connection and gives the requests
+    in flight `settings.drain_s` to finish, then cuts them: a streamed answer or an upload
+    through the gateway can run for minutes and must not hold a stopping hub that long."""
+    config = uvicorn.Config(
+        app,
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=settings.drain_s,
+    )
+    return uvicorn.Server(config)
+
+
 async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) -> None:
     """Run the hub and its API until SIGINT/SIGTERM (or `stop`)."""
     stop = stop or asyncio.Event()
@@ -84,14 +99,7 @@ async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) ->
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     stop_on_signals(stop)
-    config = uvicorn.Config(
-        hub.app,
-        host=settings.api_host,
-        port=settings.api_port,
-        log_level="warning",
-        lifespan="off",
-    )
-    server = uvicorn.Server(config)
+    server = api_server(hub.app, settings)
     hub_task = asyncio.create_task(hub.service.run(stop))
     api_task = asyncio.create_task(server.serve())
     spend_task = asyncio.create_task(hub.meter.run(stop), name="hub-spend")

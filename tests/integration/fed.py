@@ -21,7 +21,7 @@ from bus import identities
 from bus.authority import NatsAuthority, write_secret
 from bus.client import BusSettings
 from bus.jwt import Permissions
-from gpufed.compose.hub import build_hub
+from gpufed.compose.hub import api_server, build_hub
 from gpufed.compose.spoke import RuntimeFactory, build_spoke
 from hub.authstore import AuthStore
 from hub.core.access import Role
@@ -62,6 +62,8 @@ class InProcessFederation:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.api: httpx.AsyncClient | None = None
         self.app: Any = None
+        self.hub_settings: HubSettings | None = None
+        self.http_server: uvicorn.Server | None = None  # the latest `serve()`'s
         self.auth_store: AuthStore | None = None
         self.admin_token = ""
 
@@ -74,6 +76,7 @@ class InProcessFederation:
             nats_creds=self.creds_file(identities.HUB, identities.hub_permissions()),
             **overrides,
         )
+        self.hub_settings = settings
         hub = build_hub(settings, self.policy, bus_name="hub", clock=clock)
         self.hub = hub.service
         self._spawn("hub", hub.service.run)
@@ -112,7 +115,8 @@ class InProcessFederation:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
+        assert self.hub_settings is not None
+        server = self.http_server = api_server(self.app, self.hub_settings)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
             while not server.started:

@@ -35,8 +35,10 @@ def service(name: str, **over: Any) -> dict[str, Any]:
     }
 
 
-async def start(fed: InProcessFederation, price: float = 0.0) -> httpx.AsyncClient:
-    await fed.start_hub()
+async def start(
+    fed: InProcessFederation, price: float = 0.0, **hub_settings: Any
+) -> httpx.AsyncClient:
+    await fed.start_hub(**hub_settings)
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "L4"), price_per_gpu_hour=price)
     await fed.wait_spokes(1)
     assert fed.api is not None
@@ -187,6 +189,30 @@ async def test_a_streamed_answer_reaches_the_caller_as_it_comes(
         assert (await caller.get(f"/svc/{TEAM}/tokens/release")).status_code == 200
     await wait_service(api, "tokens", "the slot freed", lambda s: s["in_flight"] == 0)
     assert (await show(api, "tokens"))["requests"] == 3
+
+
+async def test_a_stopping_hub_cuts_a_stream_after_its_drain_time(
+    fed: InProcessFederation,
+) -> None:
+    api = await start(fed, drain_s=1)
+    assert (await api.post("/v1/services", json=service("tokens", replicas=1))).status_code == 201
+    await wait_service(api, "tokens", "ready", lambda s: s["ready"] == 1)
+    token = {"Authorization": f"Bearer {fed.admin_token}"}
+    async with (
+        fed.serve() as url,
+        httpx.AsyncClient(base_url=url, headers=token) as caller,
+        caller.stream("GET", f"/svc/{TEAM}/tokens/stream", timeout=60) as answer,
+    ):
+        chunks = answer.aiter_raw()
+        assert await asyncio.wait_for(anext(chunks), 10) == b"data: token 1\n\n"
+        # The replica would hold the rest 30 s (until /release): the hub, told to stop, waits
+        # its 1 s of drain for it, then cuts the stream instead of waiting it out.
+        assert fed.http_server is not None
+        fed.http_server.should_exit = True
+        with pytest.raises(httpx.RemoteProtocolError):
+            await asyncio.wait_for(anext(chunks), 10)
+    status = await wait_service(api, "tokens", "the slot freed", lambda s: s["in_flight"] == 0)
+    assert status["requests"] == 0  # cut, not served
 
 
 async def test_an_upload_reaches_the_replica_as_it_comes(fed: InProcessFederation) -> None:
