@@ -15,6 +15,9 @@ JSON (never asserts a time):
 - `--bulk N`: submits N workloads in batches (`submit_batch`, 1,000 per batch) and prints
   `all_running_s`, from the first submission to the last workload RUNNING on its spoke.
 
+Every result carries `machine_ref_us` (`bench/machine.py`): how fast the machine ran the hub's
+Python just before, to tell a slow hour from a slower commit.
+
     .venv/bin/python bench/e2e_latency.py --rate 400 --count 12000
     .venv/bin/python bench/e2e_latency.py --sweep --plot docs/e2e_p99_by_rate.png
     .venv/bin/python bench/e2e_latency.py --bulk 10000
@@ -36,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import machine
 import nats.errors
 import psutil
 
@@ -405,6 +409,7 @@ def main() -> None:
             series[label] = json.loads(Path(file).read_text().splitlines()[-1])
         plot(series, args.plot or Path("e2e_p99_by_rate.png"))
         return
+    machine_ref_us = machine.reference_us()  # before anything of ours runs beside it
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
         fed = Federation(Path(tmp), api_port=0, fleet=FLEET, policy=POLICY)
         try:
@@ -413,6 +418,7 @@ def main() -> None:
             result = asyncio.run(measure(fed, args))
         finally:
             fed.stop()
+    result["machine_ref_us"] = machine_ref_us
     if args.plot and "steps" in result:
         plot({"this commit": result}, args.plot)
     print(json.dumps(result))

@@ -13,7 +13,8 @@ A fleet of 100 spokes x 64 nodes x 8 GPUs (H100/A100/L4, four regions, some clou
   from the whole snapshot each time (the same plans: `--check` compares every cycle);
 - incremental_cycle_cpu_ms_p50 / _p99: the same cycles in this process's CPU time
   (`time.process_time()`), which other work on a shared machine inflates far less;
-- pending, gpus: the size of the first cycle.
+- pending, gpus: the size of the first cycle;
+- machine_ref_us: how fast the machine ran the hub's Python just before (`bench/machine.py`).
 
 Before each timed cycle the bench calls gc.freeze(), as a long-running hub can: the world this
 process holds is large, and a full cyclic-GC pass over it (about 100 ms here) would land inside
@@ -32,6 +33,8 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
+
+import machine
 
 from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
 from hub.core.placement import plan
@@ -257,6 +260,7 @@ def main() -> None:
         "--check", action="store_true", help="compare every cycle's plan with plan()'s"
     )
     args = parser.parse_args()
+    machine_ref_us = machine.reference_us()
     kept = PlanState()
     planner = plan if args.from_scratch else kept.plan
     rng = random.Random(args.seed)
@@ -326,6 +330,7 @@ def main() -> None:
                 "gc_frozen": not args.gc,
                 "path": "from_scratch" if args.from_scratch else "kept_state",
                 "rebuilds": kept.rebuilds,
+                "machine_ref_us": machine_ref_us,
             }
         )
     )
