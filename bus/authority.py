@@ -18,14 +18,23 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bus import jwt
 from bus.jwt import KeyPair, Permissions
 
 ACCOUNT_NAME = "GPUFED"
 SYSTEM_ACCOUNT_NAME = "SYS"
+#: A revocation's time that covers every JWT its user key was ever issued (9999-12-31): an
+#: administrator's revocation of a credential that never expires. The burst issuer drops
+#: revocations older than its own credentials' lifetime; this one it keeps.
+REVOKED_FOR_GOOD = 253_402_300_799
 _KEYS_FILE = "keys.json"
 _ISSUER_FILE = "issuer.json"
+#: The credentials issued with `keep=True` (deploy/: long-lived), by public key: their names.
+_ISSUED_FILE = "issued.json"
+#: The user keys an administrator revoked: their names and when.
+_REVOKED_FILE = "revoked.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +94,12 @@ class NatsAuthority:
             now=self.created_at,
         )
 
-    def account_jwts(self) -> dict[str, str]:
-        """The accounts as first issued (the resolver keeps newer ones, e.g. revocations)."""
+    def account_jwts(self, revoked: bool = False) -> dict[str, str]:
+        """The accounts as first issued (a `full` resolver keeps newer ones: revocations pushed
+        to it); with `revoked`, the GPUFED account carries `revoked()`'s keys, for a server
+        whose accounts are only these (MEMORY)."""
+        revocations = self.revoked() if revoked else {}
+        at = max([self.created_at, *(r["revoked_at"] for r in revocations.values())])
         return {
             self.system_account.public: jwt.account_jwt(
                 self.operator_signer,
@@ -99,8 +112,9 @@ class NatsAuthority:
                 self.operator_signer,
                 self.account.public,
                 ACCOUNT_NAME,
-                now=self.created_at,
+                now=at,
                 signing_keys=[self.account_signer.public],
+                revocations={user: REVOKED_FOR_GOOD for user in revocations},
             ),
         }
 
@@ -113,8 +127,10 @@ class NatsAuthority:
     def auth_config(self, operator: str | None = None, resolver_dir: str | None = None) -> str:
         """Operator mode for a server config: `operator` is a quoted file path (default: the
         JWT itself, inline); with `resolver_dir` the `full` resolver keeps account updates
-        (revocations) there, without it the accounts are the preloaded ones (MEMORY)."""
-        preload = "\n".join(f"  {pub}: {token}" for pub, token in self.account_jwts().items())
+        (revocations) there, without it the accounts are the preloaded ones (MEMORY), with
+        every key `revoke()`d so far refused."""
+        accounts = self.account_jwts(revoked=resolver_dir is None)
+        preload = "\n".join(f"  {pub}: {token}" for pub, token in accounts.items())
         if resolver_dir is None:
             resolver = "resolver: MEMORY\n"
         else:
@@ -135,10 +151,38 @@ class NatsAuthority:
     # --- users ---
 
     def issue(
-        self, name: str, permissions: Permissions, *, now: int, ttl_s: int | None = None
+        self,
+        name: str,
+        permissions: Permissions,
+        *,
+        now: int,
+        ttl_s: int | None = None,
+        keep: bool = False,
     ) -> Issued:
-        """A new GPUFED user with these permissions (and an expiry `ttl_s` from now)."""
-        return mint(self.account_signer, self.account.public, name, permissions, now, ttl_s)
+        """A new GPUFED user with these permissions (and an expiry `ttl_s` from now); with
+        `keep`, its key is noted under `name` so that `revoke` can find it later."""
+        issued = mint(self.account_signer, self.account.public, name, permissions, now, ttl_s)
+        if keep:
+            kept = self.issued()
+            kept[issued.user] = name
+            write_secret(self.directory / _ISSUED_FILE, json.dumps(kept, indent=1))
+        return issued
+
+    def issued(self) -> dict[str, str]:
+        """The user keys issued with `keep`, and the name each was issued to."""
+        return _read_json(self.directory / _ISSUED_FILE)
+
+    def revoked(self) -> dict[str, dict[str, Any]]:
+        """The user keys revoked so far: {key: {"name": ..., "revoked_at": unix time}}."""
+        return _read_json(self.directory / _REVOKED_FILE)
+
+    def revoke(self, users: dict[str, str], now: int) -> None:
+        """Note these user keys (key -> name) revoked for good. Servers learn of it from the
+        accounts this authority writes (MEMORY) or from a push (`bus.issuer.push_revocations`)."""
+        revoked = self.revoked()
+        for user, name in users.items():
+            revoked.setdefault(user, {"name": name, "revoked_at": now})
+        write_secret(self.directory / _REVOKED_FILE, json.dumps(revoked, indent=1))
 
     def issue_system(self, now: int) -> Issued:
         """A SYS-account user: may push account JWTs (revocations) to the resolver."""
@@ -183,6 +227,10 @@ def mint(
         signer, account, user.public, name, permissions, now=now, expires_at=expires_at
     )
     return Issued(jwt.creds(token, user), user.public, expires_at)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text(encoding="utf-8"))) if path.exists() else {}
 
 
 def write_secret(path: Path, text: str) -> Path:

@@ -7,7 +7,8 @@ the server's resolver (`$SYS.REQ.ACCOUNT.<account>.CLAIMS.UPDATE`), which closes
 connections at once and refuses it from then on, also after a server restart.
 
 The user key is derived from the spoke id and the account signing key (HMAC), so a restarted
-controller can revoke what an earlier run minted without keeping a list.
+controller can revoke what an earlier run minted without keeping a list. `push_revocations` is
+also how `gpufed nats-authority revoke` reaches the hub's servers.
 """
 
 from __future__ import annotations
@@ -91,41 +92,16 @@ class InstanceIssuer:
         """
         if not spoke_ids:
             return
-        subject = f"$SYS.REQ.ACCOUNT.{self.account}.CLAIMS"
-        kwargs: dict[str, Any] = {"user_credentials": RawCredentials(self._system_creds)}
-        if self.tls_ca:
-            kwargs["tls"] = client_context(self.tls_ca)
-        try:
-            nc = await natsclient.connect(
-                self.nats_url, name="gpufed-burst-issuer", connect_timeout=2,
-                max_reconnect_attempts=0, allow_reconnect=False, **kwargs,
-            )  # fmt: skip
-        except (OSError, TimeoutError, nats.errors.Error) as exc:
-            raise IssuerError(f"cannot reach NATS to revoke: {type(exc).__name__}") from exc
-        try:
-            current = (await nc.request(f"{subject}.LOOKUP", b"", timeout=5)).data.decode()
-            claims = jwt.decode(current, {self._operator_signer.public})
-            nats_claims = dict(claims["nats"])
-            horizon = int(now) - self.ttl_s
-            revocations = {
-                user: int(at)
-                for user, at in dict(nats_claims.get("revocations") or {}).items()
-                if int(at) >= horizon
-            }
-            for spoke_id in spoke_ids:
-                revocations[self.user(spoke_id)] = int(now)
-            nats_claims["revocations"] = dict(sorted(revocations.items()))
-            # The resolver keeps the newest JWT: issue strictly after the one in force.
-            claims = {**claims, "nats": nats_claims, "iat": max(int(now), int(claims["iat"]) + 1)}
-            token = jwt.encode(claims, self._operator_signer)
-            reply = await nc.request(f"{subject}.UPDATE", token.encode(), timeout=5)
-            answer = json.loads(reply.data or b"{}")
-            if "error" in answer:
-                raise IssuerError(f"resolver refused the account update: {answer['error']}")
-        except (TimeoutError, nats.errors.Error, ValueError, KeyError) as exc:
-            raise IssuerError(f"revocation failed: {type(exc).__name__}: {exc}") from exc
-        finally:
-            await nc.close()
+        await push_revocations(
+            self.nats_url,
+            system_creds=self._system_creds,
+            operator_signer=self._operator_signer,
+            account=self.account,
+            revoke={self.user(spoke_id): int(now) for spoke_id in spoke_ids},
+            now=int(now),
+            forget_before=int(now) - self.ttl_s,
+            tls_ca=self.tls_ca,
+        )
         log.info("nats_credentials_revoked", spokes=sorted(spoke_ids))
 
     def _user_key(self, spoke_id: str) -> KeyPair:
@@ -133,3 +109,58 @@ class InstanceIssuer:
             self._account_signer.seed.encode(), f"burst-spoke:{spoke_id}".encode(), hashlib.sha256
         ).digest()
         return KeyPair(nkeys.encode_seed(raw, nkeys.PREFIX_BYTE_USER).decode())
+
+
+async def push_revocations(
+    nats_url: str,
+    *,
+    system_creds: str,
+    operator_signer: KeyPair,
+    account: str,
+    revoke: dict[str, int],
+    now: int,
+    forget_before: int | None = None,
+    tls_ca: str | None = None,
+) -> None:
+    """Add `revoke` (user key -> time: its JWTs issued at or before it are refused) to the
+    account JWT in force on the server's resolver, and push it back signed by the operator.
+
+    The server closes the revoked users' connections at once and keeps the update across
+    restarts; servers of its cluster learn it from each other. What others revoked stays, but
+    revocations older than `forget_before` (their JWTs have all expired) are dropped. Raises
+    IssuerError when the server cannot be reached or refuses.
+    """
+    subject = f"$SYS.REQ.ACCOUNT.{account}.CLAIMS"
+    kwargs: dict[str, Any] = {"user_credentials": RawCredentials(system_creds)}
+    if tls_ca:
+        kwargs["tls"] = client_context(tls_ca)
+    try:
+        nc = await natsclient.connect(
+            nats_url, name="gpufed-revoke", connect_timeout=2,
+            max_reconnect_attempts=0, allow_reconnect=False, **kwargs,
+        )  # fmt: skip
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        raise IssuerError(f"cannot reach NATS to revoke: {type(exc).__name__}") from exc
+    try:
+        current = (await nc.request(f"{subject}.LOOKUP", b"", timeout=5)).data.decode()
+        claims = jwt.decode(current, {operator_signer.public})
+        nats_claims = dict(claims["nats"])
+        revocations = {
+            user: int(at)
+            for user, at in dict(nats_claims.get("revocations") or {}).items()
+            if forget_before is None or int(at) >= forget_before
+        }
+        for user, at in revoke.items():
+            revocations[user] = max(at, revocations.get(user, at))
+        nats_claims["revocations"] = dict(sorted(revocations.items()))
+        # The resolver keeps the newest JWT: issue strictly after the one in force.
+        claims = {**claims, "nats": nats_claims, "iat": max(now, int(claims["iat"]) + 1)}
+        token = jwt.encode(claims, operator_signer)
+        reply = await nc.request(f"{subject}.UPDATE", token.encode(), timeout=5)
+        answer = json.loads(reply.data or b"{}")
+        if "error" in answer:
+            raise IssuerError(f"resolver refused the account update: {answer['error']}")
+    except (TimeoutError, nats.errors.Error, ValueError, KeyError) as exc:
+        raise IssuerError(f"revocation failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        await nc.close()

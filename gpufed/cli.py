@@ -217,6 +217,19 @@ def _parser() -> argparse.ArgumentParser:
         "--hub-url", default="tls://gpufed-nats:4222", help="the hub cluster's NATS client URL"
     )
     init.set_defaults(func=_nats_authority_init)
+    revoke = authority_sub.add_parser(
+        "revoke", help="refuse every credential issued to these components from now on"
+    )
+    revoke.add_argument("--out", type=Path, required=True, help="the folder of `init`")
+    revoke.add_argument(
+        "--nats-url",
+        help="the hub cluster's NATS (e.g. through kubectl port-forward): cut them there at once",
+    )
+    revoke.add_argument("--nats-ca", type=Path, help="CA of that server's certificate (tls://)")
+    revoke.add_argument(
+        "names", nargs="+", metavar="NAME", help="spoke-<id> (or the id), hub, leaf-<region>..."
+    )
+    revoke.set_defaults(func=_nats_authority_revoke)
 
     schemas_cmd = sub.add_parser("schemas", help="wire schemas")
     schemas_sub = schemas_cmd.add_subparsers(metavar="ACTION")
@@ -285,6 +298,40 @@ def _nats_authority_init(args: argparse.Namespace) -> int:
         return 1
     for path in written:
         print(path)
+    return 0
+
+
+def _nats_authority_revoke(args: argparse.Namespace) -> int:
+    from bus.issuer import IssuerError
+    from gpufed.natsdeploy import push_deploy_revocations, revoke_deploy_auth
+
+    now = int(time.time())
+    try:
+        revoked = revoke_deploy_auth(args.out, args.names, now)
+    except (OSError, ValueError) as exc:
+        print(f"gpufed nats-authority revoke: {exc}", file=sys.stderr)
+        return 2
+    for name in sorted(set(revoked.users.values())):
+        keys = sorted(k for k, n in revoked.users.items() if n == name)
+        print(f"revoked {name}: {len(keys)} credential(s) ({', '.join(k[:12] for k in keys)})")
+    for path in revoked.written:
+        print(
+            f"wrote {path}: apply it in its region, then reload that leaf "
+            "(kubectl -n gpufed exec gpufed-nats-0 -- nats-server --signal reload=1)"
+        )
+    if not args.nats_url:
+        print(
+            "not pushed to the hub's NATS: run again with --nats-url to cut them off there",
+            file=sys.stderr,
+        )
+        return 0
+    ca = str(args.nats_ca) if args.nats_ca else None
+    try:
+        asyncio.run(push_deploy_revocations(revoked, args.nats_url, now, ca))
+    except IssuerError as exc:
+        print(f"gpufed nats-authority revoke: {exc} (the files are written)", file=sys.stderr)
+        return 1
+    print(f"pushed to the hub's NATS at {args.nats_url}: their connections there are closed")
     return 0
 
 

@@ -18,6 +18,11 @@ confined to its own subjects (`bus.identities`). This writes, under `--out`:
 - `regions/<region>/spoke-<id>.yaml`: Secret `gpufed-spoke-nats` of each of its spokes;
 - `regions/<region>/admin.creds`: a full GPUFED user for `gpufed region-streams` (0600).
 
+`gpufed nats-authority revoke --out DIR NAME...` refuses a leaked credential from then on:
+every key issued to NAME (`authority/issued.json`) is noted in `authority/revoked.json`, each
+region's `nats-auth.yaml` is written again with those keys revoked (apply it, reload the leaf),
+and with `--nats-url` the revocation is pushed to the hub's servers, which cut them at once.
+
 Every file holding a secret is written 0600. Nothing here contacts a cluster.
 """
 
@@ -32,7 +37,8 @@ from pathlib import Path
 import yaml
 
 from bus import identities
-from bus.authority import NatsAuthority, write_secret
+from bus.authority import REVOKED_FOR_GOOD, NatsAuthority, write_secret
+from bus.issuer import push_revocations
 from bus.jwt import Permissions
 from schemas.common import SPOKE_ID_PATTERN
 
@@ -43,6 +49,7 @@ AUTH_MOUNT = "/etc/nats/auth"
 RESOLVER_DIR = "/data/jwt"
 #: The client URL of a cluster's NATS service (hub cluster or regional leaf).
 DEFAULT_CLIENT_URL = "tls://gpufed-nats:4222"
+_HUB_LEAF_URL = "GPUFED_HUB_LEAF_URL"
 _REGION = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 
@@ -94,12 +101,14 @@ def write_deploy_auth(
             {"auth.conf": authority.auth_config(resolver_dir=RESOLVER_DIR)},
         ),
         _client(out / "hub" / "hub-nats.yaml", "gpufed-hub-nats", hub_url,
-                authority.issue("hub", identities.hub_permissions(), now=now).creds),
+                authority.issue("hub", identities.hub_permissions(), now=now, keep=True).creds),
     ]  # fmt: skip
     for spoke in hub_spokes:
         written.append(_spoke(out / "hub", authority, spoke, hub_url, now))
     if burst:
-        controller = authority.issue(identities.BURST, identities.burst_permissions(), now=now)
+        controller = authority.issue(
+            identities.BURST, identities.burst_permissions(), now=now, keep=True
+        )
         written.append(
             _secret(
                 out / "hub" / "burst-nats.yaml",
@@ -110,24 +119,77 @@ def write_deploy_auth(
     for region in regions:
         folder = out / "regions" / region.name
         leaf = authority.issue(
-            f"leaf-{region.name}", identities.leaf_permissions(region.spokes, region.name), now=now
+            f"leaf-{region.name}",
+            identities.leaf_permissions(region.spokes, region.name),
+            now=now,
+            keep=True,
         )
-        auth = authority.auth_config() + (
-            f"GPUFED_ACCOUNT: {authority.account.public}\n"
-            f"GPUFED_HUB_LEAF_URL: {json.dumps(hub_leaf_url)}\n"
-        )
-        written.append(
-            _secret(
-                folder / "nats-auth.yaml",
-                "gpufed-nats-auth",
-                {"auth.conf": auth, "leaf.creds": leaf.creds},
-            )
-        )
+        assert hub_leaf_url is not None
+        written.append(_leaf_auth(folder, authority, hub_leaf_url, leaf.creds))
         for spoke in region.spokes:
             written.append(_spoke(folder, authority, spoke, DEFAULT_CLIENT_URL, now))
-        admin = authority.issue(f"admin-{region.name}", Permissions(), now=now)
+        admin = authority.issue(f"admin-{region.name}", Permissions(), now=now, keep=True)
         written.append(write_secret(folder / "admin.creds", admin.creds))
     return written
+
+
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """What `revoke_deploy_auth` did: the user keys revoked (key -> name), the Secrets
+    rewritten (each region's leaf accounts), and the authority, for the push to the hub."""
+
+    users: dict[str, str]
+    written: list[Path]
+    authority: NatsAuthority
+
+
+def revoke_deploy_auth(out: Path, names: Sequence[str], now: int) -> Revoked:
+    """`gpufed nats-authority revoke`: every credential `init` issued to these names (a
+    component's, e.g. `spoke-eu-1`, `hub`, `leaf-eu`, `admin-eu`; a bare spoke id means its
+    spoke) is refused from now on by the regions' leaf nodes, whose `nats-auth.yaml` is
+    written again with them revoked. The hub's servers learn it from `push_deploy_revocations`.
+    Raises ValueError for a folder without an authority or a name nothing was issued to."""
+    if not (out / "authority").is_dir():
+        raise ValueError(f"{out}: no authority here; it is the --out of `nats-authority init`")
+    authority = NatsAuthority.open(out / "authority", now)
+    issued = authority.issued()
+    known = set(issued.values())
+    wanted: set[str] = set()
+    for name in names:
+        full = name if name in known else f"spoke-{name}"
+        if full not in known:
+            raise ValueError(
+                f"nothing was issued to {name!r} here; issued: {', '.join(sorted(known))}"
+            )
+        wanted.add(full)
+    users = {user: name for user, name in issued.items() if name in wanted}
+    authority.revoke(users, now)
+    written = []
+    for path in sorted((out / "regions").glob("*/nats-auth.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))["stringData"]
+        url = re.search(rf"^{_HUB_LEAF_URL}: (.*)$", data["auth.conf"], re.MULTILINE)
+        if url is None:
+            raise ValueError(f"{path}: no {_HUB_LEAF_URL} in its auth.conf")
+        written.append(_leaf_auth(path.parent, authority, json.loads(url[1]), data["leaf.creds"]))
+    return Revoked(users, written, authority)
+
+
+async def push_deploy_revocations(
+    revoked: Revoked, nats_url: str, now: int, tls_ca: str | None = None
+) -> None:
+    """Push every key the authority revoked so far to the hub's NATS resolver (a SYS user
+    minted for it): the hub cluster closes their connections at once and keeps refusing them.
+    Raises bus.issuer.IssuerError when the server cannot be reached or refuses."""
+    authority = revoked.authority
+    await push_revocations(
+        nats_url,
+        system_creds=authority.issue_system(now).creds,
+        operator_signer=authority.operator_signer,
+        account=authority.account.public,
+        revoke=dict.fromkeys(authority.revoked(), REVOKED_FOR_GOOD),
+        now=now,
+        tls_ca=tls_ca,
+    )
 
 
 def _check_spoke(spoke: str) -> None:
@@ -136,8 +198,21 @@ def _check_spoke(spoke: str) -> None:
 
 
 def _spoke(folder: Path, authority: NatsAuthority, spoke: str, url: str, now: int) -> Path:
-    issued = authority.issue(f"spoke-{spoke}", identities.spoke_permissions(spoke), now=now)
+    issued = authority.issue(
+        f"spoke-{spoke}", identities.spoke_permissions(spoke), now=now, keep=True
+    )
     return _client(folder / f"spoke-{spoke}.yaml", "gpufed-spoke-nats", url, issued.creds)
+
+
+def _leaf_auth(folder: Path, authority: NatsAuthority, hub_leaf_url: str, creds: str) -> Path:
+    """A region's Secret gpufed-nats-auth: its leaf's accounts (every revoked key refused),
+    the hub's leaf address and the leaf's own credential at the hub."""
+    auth = authority.auth_config() + (
+        f"GPUFED_ACCOUNT: {authority.account.public}\n{_HUB_LEAF_URL}: {json.dumps(hub_leaf_url)}\n"
+    )
+    return _secret(
+        folder / "nats-auth.yaml", "gpufed-nats-auth", {"auth.conf": auth, "leaf.creds": creds}
+    )
 
 
 def _client(path: Path, name: str, url: str, creds: str) -> Path:

@@ -108,17 +108,21 @@ def generated_auth() -> Path:
     return out
 
 
-def secret_data(relative: str) -> dict[str, str]:
-    """The stringData of one generated Secret manifest (e.g. "hub/nats-auth.yaml")."""
-    manifest = yaml.safe_load((generated_auth() / relative).read_text())
+def secret_data(relative: str, out: Path | None = None) -> dict[str, str]:
+    """The stringData of one generated Secret manifest (e.g. "hub/nats-auth.yaml") under
+    `out` (default: `generated_auth()`)."""
+    manifest = yaml.safe_load(((out or generated_auth()) / relative).read_text())
     assert manifest["kind"] == "Secret" and manifest["metadata"]["namespace"] == "gpufed"
     data: dict[str, str] = manifest["stringData"]
     return data
 
 
-def server_files(shipped: str, auth_secret: str | None, root: Path) -> Path:
+def server_files(
+    shipped: str, auth_secret: str | None, root: Path, out: Path | None = None
+) -> Path:
     """A shipped config's text under `root`, as its pod sees it: the test TLS files, the
-    generated auth Secret at auth/ (None: not mounted), data and resolver dirs under `root`."""
+    generated auth Secret at auth/ (None: not mounted; from `out`, default
+    `generated_auth()`), data and resolver dirs under `root`."""
     auth = root / "auth"
     auth.mkdir(parents=True, exist_ok=True)
     text = with_test_tls(shipped).replace("/etc/nats/auth", str(auth))
@@ -127,7 +131,7 @@ def server_files(shipped: str, auth_secret: str | None, root: Path) -> Path:
     # cluster routes, leaf nodes) would open this machine and clash with other servers.
     ports = iter(free_ports(text.count("0.0.0.0:")))
     text = re.sub(r"0\.0\.0\.0:\d+", lambda _: f"127.0.0.1:{next(ports)}", text)
-    for name, value in (secret_data(auth_secret) if auth_secret else {}).items():
+    for name, value in (secret_data(auth_secret, out) if auth_secret else {}).items():
         (auth / name).write_text(value.replace("/data/jwt", str(root / "jwt")))
     path = root / "nats.conf"
     path.write_text(text)
@@ -166,6 +170,13 @@ def free_ports(count: int, avoid: set[int] | frozenset[int] = frozenset()) -> li
 @contextmanager
 def running_server(config: Path) -> Iterator[str]:
     """nats-server with `config` on a free loopback port until the block ends; its tls:// URL."""
+    with server_process(config) as (url, _):
+        yield url
+
+
+@contextmanager
+def server_process(config: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`running_server`, with its process (to signal: SIGHUP reloads the config)."""
     in_config = {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", config.read_text())}
     port, http_port = free_ports(2, avoid=in_config)
     command = [tool("nats-server"), "-c", str(config), "-a", "127.0.0.1", "-p", str(port)]
@@ -192,6 +203,6 @@ def running_server(config: Path) -> Iterator[str]:
             assert process.poll() is None, f"nats-server exited with {process.returncode}"
             assert time.monotonic() < deadline, "nats-server did not become ready"
             time.sleep(0.05)
-        yield f"tls://127.0.0.1:{port}"
+        yield f"tls://127.0.0.1:{port}", process
     finally:
         stop_process(process)
