@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from bus import identities
+from bus import identities, jwt
 from bus.authority import REVOKED_FOR_GOOD, NatsAuthority, write_secret
 from bus.issuer import push_revocations
 from bus.jwt import Permissions
@@ -152,7 +152,7 @@ def revoke_deploy_auth(out: Path, names: Sequence[str], now: int) -> Revoked:
     if not (out / "authority").is_dir():
         raise ValueError(f"{out}: no authority here; it is the --out of `nats-authority init`")
     authority = NatsAuthority.open(out / "authority", now)
-    issued = authority.issued()
+    issued = {**_issued_in(out, authority), **authority.issued()}
     known = set(issued.values())
     wanted: set[str] = set()
     for name in names:
@@ -172,6 +172,23 @@ def revoke_deploy_auth(out: Path, names: Sequence[str], now: int) -> Revoked:
             raise ValueError(f"{path}: no {_HUB_LEAF_URL} in its auth.conf")
         written.append(_leaf_auth(path.parent, authority, json.loads(url[1]), data["leaf.creds"]))
     return Revoked(users, written, authority)
+
+
+def _issued_in(out: Path, authority: NatsAuthority) -> dict[str, str]:
+    """The users of the credentials written under `out` (key -> name): what an `init` from
+    before `authority/issued.json` was kept issued last."""
+    found: dict[str, str] = {}
+    texts = [p.read_text(encoding="utf-8") for p in sorted(out.rglob("*.creds"))]
+    for path in sorted(out.rglob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")).get("stringData") or {}
+        texts += [data[key] for key in ("creds", "leaf.creds") if key in data]
+    for text in texts:
+        try:
+            claims = jwt.decode(jwt.creds_jwt(text), {authority.account_signer.public})
+        except jwt.JwtError:
+            continue
+        found[str(claims["sub"])] = str(claims["name"])
+    return found
 
 
 async def push_deploy_revocations(
