@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,8 @@ class NatsAuthority:
         """The accounts as first issued (a `full` resolver keeps newer ones: revocations pushed
         to it); with `revoked`, the GPUFED account carries `revoked()`'s keys, for a server
         whose accounts are only these (MEMORY)."""
-        revocations = self.revoked() if revoked else {}
-        at = max([self.created_at, *(r["revoked_at"] for r in revocations.values())])
+        revoked_keys = self.revoked() if revoked else {}
+        at = max([self.created_at, *(r["revoked_at"] for r in revoked_keys.values())])
         return {
             self.system_account.public: jwt.account_jwt(
                 self.operator_signer,
@@ -114,7 +115,7 @@ class NatsAuthority:
                 ACCOUNT_NAME,
                 now=at,
                 signing_keys=[self.account_signer.public],
-                revocations={user: REVOKED_FOR_GOOD for user in revocations},
+                revocations=_for_good(revoked_keys),
             ),
         }
 
@@ -176,6 +177,10 @@ class NatsAuthority:
         """The user keys revoked so far: {key: {"name": ..., "revoked_at": unix time}}."""
         return _read_json(self.directory / _REVOKED_FILE)
 
+    def revocations(self) -> dict[str, int]:
+        """`revoked()` as an account JWT's revocations: every key refused for good."""
+        return _for_good(self.revoked())
+
     def revoke(self, users: dict[str, str], now: int) -> None:
         """Note these user keys (key -> name) revoked for good. Servers learn of it from the
         accounts this authority writes (MEMORY) or from a push (`bus.issuer.push_revocations`)."""
@@ -227,6 +232,10 @@ def mint(
         signer, account, user.public, name, permissions, now=now, expires_at=expires_at
     )
     return Issued(jwt.creds(token, user), user.public, expires_at)
+
+
+def _for_good(keys: Iterable[str]) -> dict[str, int]:
+    return dict.fromkeys(keys, REVOKED_FOR_GOOD)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from bus import identities, jwt
-from bus.authority import REVOKED_FOR_GOOD, NatsAuthority, write_secret
+from bus.authority import NatsAuthority, write_secret
 from bus.issuer import push_revocations
 from bus.jwt import Permissions
 from schemas.common import SPOKE_ID_PATTERN
@@ -203,7 +203,7 @@ async def push_deploy_revocations(
         system_creds=authority.issue_system(now).creds,
         operator_signer=authority.operator_signer,
         account=authority.account.public,
-        revoke=dict.fromkeys(authority.revoked(), REVOKED_FOR_GOOD),
+        revoke=authority.revocations(),
         now=now,
         tls_ca=tls_ca,
     )
