@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import structlog
@@ -64,12 +65,16 @@ class Cycle:
         async with state.lock:
             for record in new:
                 state.workloads[record.id] = record
+            # Batches of events whose records this cycle saves (`hub.handlers.on_events`).
+            waiters, state.unsaved_waiters = state.unsaved_waiters, []
             try:
                 result, decisions = await self._plan_and_save(taken)
             except BaseException as exc:
+                release_waiters(waiters, exc)
                 if taken is not None and not taken.is_saved:
                     self._drop(taken, exc)
                 raise
+            release_waiters(waiters)
         self._log_placed(len(result.placements), len(result.unplaced), state.clock())
         await self.publisher.publish(decisions)
         return result
@@ -93,6 +98,8 @@ class Cycle:
         # An empty queue needs no plan, unless consolidation may move cloud work home.
         if not pending and taken is None and not (policy.consolidation.enabled and running):
             state.positions = {}
+            if state.unsaved:
+                await state.save_unsaved()
             await self.publisher.publish_demand(Plan(), {}, now)
             return Plan(), []
         snapshot = self._snapshot(now, active)
@@ -103,10 +110,13 @@ class Cycle:
         # The plan lists what it left out in the order it looked at them: the queue order.
         state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
         audits: Sequence[AuditEntry] = ()
-        if taken is not None:
+        if taken is not None or state.unsaved:
             listed = {w.id for w in changed}
-            changed.extend(r for r in taken.records if r.id not in listed)
-            audits = taken.audits
+            if taken is not None:
+                changed.extend(r for r in taken.records if r.id not in listed)
+                audits = taken.audits
+            # What spokes' events moved since the last save goes in this transaction too.
+            changed.extend(r for r in state.unsaved.values() if r.id not in listed)
         if changed or decisions:
             try:
                 await state.save(changed, decisions, audits)
@@ -118,6 +128,8 @@ class Cycle:
                 undo.restore()
                 self.placement.reset()
                 raise
+            if state.unsaved:
+                state.unsaved_saved()
         if result.placements:  # counted once saved; the other decisions are preemptions
             state.metrics.placements.inc(len(result.placements))
         if len(decisions) > len(result.placements):
@@ -292,6 +304,21 @@ class Cycle:
                 w.reason, w.message = unplaced.reason.value, unplaced.message
                 changed.append(w)
         return changed, decisions
+
+
+def release_waiters(waiters: list[asyncio.Future[None]], exc: BaseException | None = None) -> None:
+    """Tell batches of events waiting for a save that it holds them (`exc` None) or not."""
+    for waiter in waiters:
+        if waiter.done():
+            continue
+        if exc is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(EventsNotSaved(f"their save failed: {exc!r}"))
+
+
+class EventsNotSaved(RuntimeError):
+    """The cycle that was to save a batch of events' records did not: none is acked."""
 
 
 class _Undo:

@@ -27,7 +27,7 @@ from hub.authstore import AuditEntry
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
-from hub.cycle import Cycle
+from hub.cycle import Cycle, release_waiters
 from hub.errors import (
     Conflict,
     HubError,
@@ -368,6 +368,10 @@ class HubService(HubView):
             self.state.paced = False
             self.handlers.kick_submits()
             self.submissions.release()
+            # No cycle will save what batches of events wait on: they are not acked, and come
+            # back (to this hub's next cycle loop, or to the hub that takes over).
+            waiters, self.state.unsaved_waiters = self.state.unsaved_waiters, []
+            release_waiters(waiters, RuntimeError("the cycle loop stopped"))
 
     async def _cycles(self, stop: asyncio.Event) -> None:
         wakeup = self.state.wakeup

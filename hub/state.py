@@ -68,10 +68,14 @@ class HubState:
     activity: dict[str, tuple[int, Activity]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.
     claims: set[str] = field(default_factory=set)
-    # Records moved by spokes' events whose save failed: ahead of the store, while those
-    # events come back as stale. Saved with every later batch of events until one save holds
-    # them, and no event is acked before then (hub.handlers.on_events).
+    # Records moved by spokes' events and not yet saved: while the cycle loop runs, those the
+    # next cycle saves in its own transaction; else (or once a save failed, while the events
+    # come back as stale) those the next batch of events saves. No event is acked before its
+    # records are saved (hub.handlers.on_events).
     unsaved: dict[str, WorkloadRecord] = field(default_factory=dict)
+    # Batches of events waiting for the cycle that saves `unsaved`: done once it committed, or
+    # failed with why it did not (their events are then not acked and come back).
+    unsaved_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     # The leadership term this hub leads under (hub.leadership); 0 while it stands by.
     term: int = 0
     # True while the cycle loop runs: a lone submission waits for the next cycle, which saves
@@ -124,6 +128,18 @@ class HubState:
         part = (list(workloads), list(decisions), list(audits))
         save = functools.partial(contextvars.copy_context().run, self.store.save, *part)
         await self._db_worker.call(save, merge, part)
+
+    async def save_unsaved(self) -> None:
+        """Save `unsaved` on its own (under the lock); when that fails they stay unsaved."""
+        await self.save(self.unsaved.values())
+        self.unsaved_saved()
+
+    def unsaved_saved(self) -> None:
+        """`unsaved` is in the store now: the ended among them leave memory."""
+        for record in self.unsaved.values():
+            if record.phase.terminal:
+                self.forget(record.id)
+        self.unsaved.clear()
 
     def forget(self, workload_id: str) -> None:
         """Drop a workload that reached a terminal phase from the in-memory view."""
