@@ -92,6 +92,11 @@ class Bus:
             raise RuntimeError("bus not connected")
         return self._nc
 
+    def hold_reads(self, until: float) -> None:
+        """Read nothing from NATS before loop time `until` (`natsclient.Client.hold_reads`)."""
+        if self._nc is not None:
+            self._nc.hold_reads(until)
+
     @property
     def js(self) -> JetStreamContext:
         if self._js is None:

@@ -66,6 +66,10 @@ T = TypeVar("T")
 POLICY_KEY = "policy"
 #: Weight of the latest cycle in the smoothed cost that paces the cycles.
 CYCLE_COST_WEIGHT = 0.3
+#: While the cycle loop waits for the next cycle, the hub reads nothing from NATS until this
+#: long before it starts (`Bus.hold_reads`): time to handle what arrived meanwhile (the event
+#: loop's timers have millisecond steps; at 1 ms some submissions missed their cycle).
+READ_AHEAD_S = 0.003
 #: Least time between two fetches of events while they keep coming (`Bus.consume_batches`):
 #: at 400 workloads a second a fetch, a transaction and a cycle trigger served one or two
 #: events each. About one cycle interval: an end waits at most this much longer to free its
@@ -388,6 +392,10 @@ class HubService(HubView):
             # fixed cost is shared among them, and planning holds at most half the hub.
             wait = max(self.settings.debounce_s, earliest - loop.time())
             if wait > 0:
+                # What comes meanwhile is read in one go just before the cycle, which could not
+                # take it sooner: one wake-up a cycle rather than one a message.
+                if wait > READ_AHEAD_S:
+                    self.bus.hold_reads(loop.time() + wait - READ_AHEAD_S)
                 await asyncio.sleep(wait)
             wakeup.clear()
             started, cpu = loop.time(), time.thread_time()

@@ -6,11 +6,13 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
 from nats.aio.msg import Msg
 
 from bus import natsclient
 from bus.client import Bus, BusSettings
 from bus.natsserver import EmbeddedNats
+from bus.tls import client_context, ensure_local_ca
 from schemas import subjects
 from tests.support.wait import wait_until
 
@@ -122,3 +124,43 @@ async def test_many_durable_publishes_are_stored_once_each_in_order_and_acked_in
 async def _acked(bus: Bus, durable: str) -> bool:
     info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, durable)
     return info.num_ack_pending == 0 and info.num_redelivered == 0
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_held_reads_deliver_nothing_until_the_hold_ends_then_everything_in_order(
+    tmp_path: Path, tls: bool
+) -> None:
+    """The hub holds its reads while it waits for its next cycle: what comes meanwhile is
+    delivered once the hold ends, all of it, in order, and nothing is lost."""
+    files = ensure_local_ca(tmp_path / "tls") if tls else None
+    server = EmbeddedNats(tmp_path / "nats", tls=files).start()
+    options = {"tls": client_context(files.ca_file)} if files is not None else {}
+    try:
+        receiver = await natsclient.connect(server.url, **options)
+        sender = await natsclient.connect(server.url, **options)
+        loop = asyncio.get_running_loop()
+        got: list[tuple[float, bytes]] = []
+
+        async def on_msg(msg: Msg) -> None:
+            got.append((loop.time(), msg.data))
+
+        await receiver.subscribe("held", cb=on_msg)
+        await receiver.flush()
+        until = loop.time() + 1.0
+        receiver.hold_reads(until)
+        await sender.publish("held", b"first")  # read: the hold follows the read under way
+        await sender.flush()
+        await wait_until(lambda: len(got) == 1)
+        for i in range(200):
+            await sender.publish("held", b"%d" % i)
+        await sender.flush()  # the server has them, and sends them on at once
+        await asyncio.sleep(0.5)
+        assert [data for _, data in got] == [b"first"]  # none read during the hold
+
+        await wait_until(lambda: len(got) == 201, timeout=10)
+        assert [data for _, data in got[1:]] == [b"%d" % i for i in range(200)]
+        assert min(at for at, _ in got[1:]) >= until - 0.002  # the loop's timers step by 1 ms
+        await receiver.close()
+        await sender.close()
+    finally:
+        server.stop()
