@@ -81,8 +81,10 @@ class Client(_NatsClient):
         """Sleep until the hold ends, the socket not read meanwhile (so nothing wakes us)."""
         writer = getattr(self._transport, "_io_writer", None)  # TCP or TLS, not WebSocket
         transport = writer.transport if writer is not None else None
-        if transport is not None:
+        if transport is not None and transport.is_reading():
             transport.pause_reading()
+        else:
+            transport = None  # paused already (the stream reader's buffer is full): left to it
         try:
             await asyncio.sleep(self._read_hold - loop.time())
         finally:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import uvloop
 from nats.aio.msg import Msg
 
 from bus import natsclient
@@ -127,11 +128,19 @@ async def _acked(bus: Bus, durable: str) -> bool:
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
-async def test_held_reads_deliver_nothing_until_the_hold_ends_then_everything_in_order(
-    tmp_path: Path, tls: bool
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_held_reads_deliver_nothing_until_the_hold_ends_then_everything_in_order(
+    tmp_path: Path, tls: bool, loop: str
 ) -> None:
     """The hub holds its reads while it waits for its next cycle: what comes meanwhile is
-    delivered once the hold ends, all of it, in order, and nothing is lost."""
+    delivered once the hold ends, all of it, in order, and nothing is lost. On both loops
+    (the hub runs on uvloop), over plain TCP and TLS."""
+    factory = uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_held_reads(tmp_path, tls))
+
+
+async def _held_reads(tmp_path: Path, tls: bool) -> None:
     files = ensure_local_ca(tmp_path / "tls") if tls else None
     server = EmbeddedNats(tmp_path / "nats", tls=files).start()
     options = {"tls": client_context(files.ca_file)} if files is not None else {}
