@@ -17,16 +17,15 @@ Every gpufed connection goes through `connect()` below.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from nats import errors
-from nats.aio.client import DEFAULT_BUFFER_SIZE, PING_PROTO
+from nats.aio.client import PING_PROTO
 from nats.aio.client import Client as _NatsClient
+from nats.protocol.parser import Parser
 
-_nats_logger = logging.getLogger("nats.aio.client")  # where nats-py's read loop logs
 #: What a subject may not hold: the protocol's separators (nats-py checks as much on publish).
 _UNSAFE = re.compile(r"[ \t\r\n]")
 
@@ -36,6 +35,10 @@ class Client(_NatsClient):
     and whose reads can be held (`hold_reads`)."""
 
     _read_hold = 0.0  # loop time before which no read follows the one under way
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ps = _HoldingParser(self)
 
     def hold_reads(self, until: float) -> None:
         """Read nothing from the server before loop time `until`, once the read under way (or
@@ -48,34 +51,6 @@ class Client(_NatsClient):
         (a flush, a request, a publish's ack) may wait until then too.
         """
         self._read_hold = until
-
-    async def _read_loop(self) -> None:
-        # nats-py's own (2.16), with the hold after each read.
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                if self.is_closed or self.is_reconnecting or self._transport is None:
-                    break
-                if self._transport.at_eof():
-                    err = errors.UnexpectedEOF()
-                    await self._error_cb(err)
-                    await self._process_op_err(err)
-                    break
-                data = await self._transport.read(DEFAULT_BUFFER_SIZE)
-                await self._ps.parse(data)
-                if self._read_hold > loop.time():
-                    await self._hold(loop)
-            except errors.ProtocolError:
-                await self._process_op_err(errors.ProtocolError())
-                break
-            except OSError as e:
-                await self._process_op_err(e)
-                break
-            except asyncio.CancelledError:
-                break
-            except Exception as ex:
-                _nats_logger.error("nats: encountered error", exc_info=ex)
-                break
 
     async def _hold(self, loop: asyncio.AbstractEventLoop) -> None:
         """Sleep until the hold ends, the socket not read meanwhile (so nothing wakes us)."""
@@ -137,6 +112,17 @@ class Client(_NatsClient):
         await self._send_command(command)
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
+
+
+class _HoldingParser(Parser):
+    """nats-py's parser, which nats-py's read loop awaits after each read: once the read is
+    handled, it holds the loop while its client's reads are held (`Client.hold_reads`)."""
+
+    async def parse(self, data: bytes = b"") -> None:
+        await super().parse(data)
+        loop = asyncio.get_running_loop()
+        if self.nc._read_hold > loop.time():
+            await self.nc._hold(loop)
 
 
 async def connect(servers: str | list[str], **options: Any) -> Client:
