@@ -9,8 +9,9 @@ A fleet of 100 spokes x 64 nodes x 8 GPUs (H100/A100/L4, four regions, some clou
   victims stop and are requeued, 100 new workloads arrive, and one plan runs over everything
   pending (only the plan is timed). The plan is the hub's: `hub.core.planstate.PlanState`,
   which keeps the fleet and the tally of running work between cycles and follows the changed
-  nodes and workloads; `--from-scratch` times `hub.core.placement.plan()`, which sets both up
-  from the whole snapshot each time (the same plans: `--check` compares every cycle);
+  nodes and workloads (told which workloads moved, as the hub's cycle tells it);
+  `--from-scratch` times `hub.core.placement.plan()`, which sets both up from the whole
+  snapshot each time (the same plans: `--check` compares every cycle);
 - incremental_cycle_cpu_ms_p50 / _p99: the same cycles in this process's CPU time
   (`time.process_time()`), which other work on a shared machine inflates far less;
 - pending, gpus: the size of the first cycle;
@@ -118,6 +119,9 @@ class Fleet:
                 nodes=nodes,
             )
         self.running: dict[str, RunningWorkload] = {}
+        # what started, ended or began stopping since the last plan (None: ended), as the
+        # hub's cycle tells its PlanState (`moved`)
+        self.moved: dict[str, RunningWorkload | None] = {}
 
     def snapshot(self) -> Snapshot:
         """The fleet now; nodes and spokes that did not change are the same objects as before
@@ -164,17 +168,18 @@ class Fleet:
             workload = pending.pop(p.workload_id)
             for a in p.assignments:
                 self.take(p.spoke_id, a)
-            self.running[workload.id] = RunningWorkload(
+            self.running[workload.id] = self.moved[workload.id] = RunningWorkload(
                 workload.id, workload.spec, p.spoke_id, p.assignments, now
             )
         for v in result.preemptions:
             r = self.running[v.workload_id]
-            self.running[v.workload_id] = RunningWorkload(
+            self.running[v.workload_id] = self.moved[v.workload_id] = RunningWorkload(
                 r.id, r.spec, r.spoke_id, r.assignments, r.started_at, True, v.for_workload
             )
 
     def stop(self, workload_id: str) -> RunningWorkload:
         r = self.running.pop(workload_id)
+        self.moved[workload_id] = None
         for a in r.assignments:
             self.give(r.spoke_id, a)
         return r
@@ -300,10 +305,14 @@ def main() -> None:
         snapshot = fleet.snapshot()
         running = list(fleet.running.values())
         queue = list(pending.values())
+        moved, fleet.moved = fleet.moved, {}
         if not args.gc:
             gc.freeze()  # long-lived state out of the collector, as a hub process can do
         started, cpu = time.perf_counter(), time.process_time()
-        result = planner(snapshot, queue, running, policy, now)
+        if args.from_scratch:
+            result = plan(snapshot, queue, running, policy, now)
+        else:
+            result = kept.plan(snapshot, queue, running, policy, now, moved)
         cycles_ms.append((time.perf_counter() - started) * 1000)
         cpu_ms.append((time.process_time() - cpu) * 1000)
         if args.check and result != plan(snapshot, queue, running, policy, now):

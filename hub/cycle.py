@@ -52,6 +52,9 @@ class Cycle:
         # as of the last cycle that saw it
         self._cache: dict[str, _Cached] = {}
         self._seqs: dict[str, tuple[object, int, int | None]] = {}
+        # What started, ended or began stopping since the last plan: its running view now
+        # (None: it holds no devices), for the kept placement state to look at only those.
+        self._moved: dict[str, RunningWorkload | None] = {}
 
     async def run(self, taken: Taken | None = None) -> Plan:
         """One cycle: place what fits, preempt what must make room, publish demand.
@@ -104,7 +107,8 @@ class Cycle:
             return Plan(), []
         snapshot = self._snapshot(now, active)
         self._check(snapshot, running)
-        result = self.placement.plan(snapshot, pending, running, policy, now)
+        moved, self._moved = self._moved, {}
+        result = self.placement.plan(snapshot, pending, running, policy, now, moved)
         undo = _Undo(state)
         changed, decisions = self._apply(result, now, undo)
         # The plan lists what it left out in the order it looked at them: the queue order.
@@ -182,11 +186,18 @@ class Cycle:
         A record's core view changes only when its phase or attempts do (both are replaced,
         never mutated), so views are kept between cycles and rebuilt only for the records an
         event, a placement or a requeue touched: a cycle costs a lookup per workload in
-        flight, not a rebuild.
+        flight, not a rebuild. Those rebuilt, and those forgotten, are what moved for the
+        kept placement state (`PlanState.plan`).
         """
         claims = self.state.claims
         cache = self._cache
         lookup = cache.get
+        moved = self._moved
+        for wid in self.state.gone:  # forgotten since the last look: none runs any more
+            gone = cache.pop(wid, None)
+            if gone is not None and gone[4] is not None:
+                moved[wid] = None
+        self.state.gone.clear()
         pending: list[Workload] = []
         running: list[RunningWorkload] = []
         active: list[_Active] = []
@@ -198,7 +209,12 @@ class Cycle:
                 or cached[1] is not w.phase
                 or cached[2] != len(w.rejected_by)  # the list only grows: its length suffices
             ):
+                was = cached
                 cached = cache[wid] = self._view(w)
+                if cached[4] is not None:
+                    moved[wid] = cached[4][0]
+                elif was is not None and was[4] is not None:
+                    moved[wid] = None
             seqs = cached[4]
             if seqs is not None:
                 running.append(seqs[0])

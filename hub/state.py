@@ -68,6 +68,8 @@ class HubState:
     activity: dict[str, tuple[int, Activity]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.
     claims: set[str] = field(default_factory=set)
+    # Workloads forgotten since the cycle last read the records (hub.cycle: what moved).
+    gone: set[str] = field(default_factory=set)
     # Records moved by spokes' events and not yet saved: while the cycle loop runs, those the
     # next cycle saves in its own transaction; else (or once a save failed, while the events
     # come back as stale) those the next batch of events saves. No event is acked before its
@@ -144,6 +146,7 @@ class HubState:
     def forget(self, workload_id: str) -> None:
         """Drop a workload that reached a terminal phase from the in-memory view."""
         self.workloads.pop(workload_id, None)
+        self.gone.add(workload_id)
         self.claims.discard(workload_id)
         self.activity.pop(workload_id, None)
 
