@@ -103,7 +103,7 @@ class Cycle:
             state.positions = {}
             if state.unsaved:
                 await state.save_unsaved()
-            await self.publisher.publish_demand(Plan(), {}, now)
+            await self.publisher.publish_demand(Plan(), (), now)
             return Plan(), []
         snapshot = self._snapshot(now, active)
         self._check(snapshot, running)
@@ -140,7 +140,7 @@ class Cycle:
             state.metrics.preemptions.inc(len(decisions) - len(result.placements))
         if taken is not None:
             taken.saved()
-        await self.publisher.publish_demand(result, {w.id: w for w in pending}, now)
+        await self.publisher.publish_demand(result, pending, now)
         return result, decisions
 
     def _drop(self, taken: Taken, exc: BaseException) -> None:

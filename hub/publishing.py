@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import structlog
 
@@ -162,18 +162,21 @@ class Publisher:
         command = command.model_copy(update={"term": self.state.term})
         return record.model_copy(update={"payload": command.model_dump_json().encode()})
 
-    async def publish_demand(
-        self, result: Plan, pending: Mapping[str, Workload], now: float
-    ) -> None:
+    async def publish_demand(self, result: Plan, pending: Sequence[Workload], now: float) -> None:
         """Tell burst what no spoke can serve: when it changes (seen at most every 0.5 s while
-        work waits, at once when none does), and at least every 2 s."""
+        work waits, at once when none does), and at least every 2 s. `pending`: the plan's
+        queue (keyed by id only when the demand is worked out, not every cycle)."""
         if result.unplaced and now - self._demand_worked_out_at < DEMAND_AT_MOST_EVERY_S:
             return
         if not result.unplaced and not self.demand.items and not self._demand_due(now):
             return  # nothing waits, and burst was told so less than DEMAND_EVERY_S ago
         self._demand_worked_out_at = now
         report = unplaceable_demand(
-            result.unplaced, pending, self.state.policy_at(now), now, self.demand.seq + 1
+            result.unplaced,
+            {w.id: w for w in pending},
+            self.state.policy_at(now),
+            now,
+            self.demand.seq + 1,
         ).model_copy(update={"term": self.state.term})
         if self.state.burst_budget is not None:
             report = report.model_copy(update={"budget": self.state.burst_budget})

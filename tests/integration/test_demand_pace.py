@@ -19,14 +19,12 @@ from schemas.burst import BURST_DEMAND, DemandReport
 from tests.support.wait import wait_until
 
 
-def _waiting(count: int) -> tuple[Plan, dict[str, Workload]]:
-    pending = {
-        f"w{i}": Workload(
-            f"w{i}", WorkloadSpec(name="t", team="ml", command=["true"]), submitted_at=0.0
-        )
+def _waiting(count: int) -> tuple[Plan, list[Workload]]:
+    pending = [
+        Workload(f"w{i}", WorkloadSpec(name="t", team="ml", command=["true"]), submitted_at=0.0)
         for i in range(count)
-    }
-    unplaced = tuple(Unplaced(wid, Reason.NO_SPOKES, "no spoke") for wid in pending)
+    ]
+    unplaced = tuple(Unplaced(w.id, Reason.NO_SPOKES, "no spoke") for w in pending)
     return Plan(unplaced=unplaced), pending
 
 
@@ -59,7 +57,7 @@ async def test_demand_follows_the_queue_at_most_every_half_second(
         assert heard[1].items[0].count == 3
 
         # The queue empties: burst hears it at once, however soon.
-        await publisher.publish_demand(Plan(), {}, now=100.0 + DEMAND_AT_MOST_EVERY_S + 0.01)
+        await publisher.publish_demand(Plan(), (), now=100.0 + DEMAND_AT_MOST_EVERY_S + 0.01)
         await wait_until(lambda: len(heard) == 3, 10, "the empty demand")
         assert heard[2].items == ()
         await asyncio.sleep(0.2)
@@ -67,10 +65,10 @@ async def test_demand_follows_the_queue_at_most_every_half_second(
 
         # Cycles while nothing waits send nothing, until the 2 s heartbeat.
         emptied = 100.0 + DEMAND_AT_MOST_EVERY_S + 0.01
-        await publisher.publish_demand(Plan(), {}, now=emptied + DEMAND_EVERY_S / 2)
+        await publisher.publish_demand(Plan(), (), now=emptied + DEMAND_EVERY_S / 2)
         await asyncio.sleep(0.2)
         assert len(heard) == 3, "an unchanged empty demand waits for the heartbeat"
-        await publisher.publish_demand(Plan(), {}, now=emptied + DEMAND_EVERY_S)
+        await publisher.publish_demand(Plan(), (), now=emptied + DEMAND_EVERY_S)
         await wait_until(lambda: len(heard) == 4, 10, "the heartbeat")
         assert heard[3].items == () and heard[3].seq > heard[2].seq
     finally:
