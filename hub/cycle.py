@@ -100,7 +100,7 @@ class Cycle:
         policy = state.policy_at(now)
         # An empty queue needs no plan, unless consolidation may move cloud work home.
         if not pending and taken is None and not (policy.consolidation.enabled and running):
-            state.positions = {}
+            state.queue = ()
             if state.unsaved:
                 await state.save_unsaved()
             await self.publisher.publish_demand(Plan(), (), now)
@@ -112,7 +112,7 @@ class Cycle:
         undo = _Undo(state)
         changed, decisions = self._apply(result, now, undo)
         # The plan lists what it left out in the order it looked at them: the queue order.
-        state.positions = {u.workload_id: i for i, u in enumerate(result.unplaced, 1)}
+        state.queue = result.unplaced
         audits: Sequence[AuditEntry] = ()
         if taken is not None or state.unsaved:
             listed = {w.id for w in changed}

@@ -11,13 +11,13 @@ import asyncio
 import contextvars
 import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from hub.authstore import AuditEntry
 from hub.core.idle import Activity
-from hub.core.model import RunningWorkload
+from hub.core.model import RunningWorkload, Unplaced
 from hub.core.policy import Policy
 from hub.core.windows import active_window, apply_window
 from hub.dbworker import DbWorker
@@ -45,8 +45,8 @@ class HubState:
     spokes: dict[str, SpokeRecord] = field(default_factory=dict)
     instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
     bills: dict[str, InstanceBill] = field(default_factory=dict)  # what each instance costs
-    # Queued workloads' places in the last cycle's queue order (1 goes first).
-    positions: dict[str, int] = field(default_factory=dict)
+    # The last cycle's queue order: what its plan left pending, in the order it looked at them.
+    queue: Sequence[Unplaced] = ()
     metrics: HubMetrics = field(default_factory=HubMetrics)
     counters: Counter[str] = field(default_factory=Counter)
     # Told (previous, new) for every burst instance event (the spend meter audits launches).
@@ -90,6 +90,16 @@ class HubState:
     # The policy in force for the last (policy, window) asked for: windows switch a few times
     # a day, cycles run many times a second.
     _in_force: tuple[Policy, str | None, Policy] | None = None
+    _positions: tuple[Sequence[Unplaced], dict[str, int]] | None = None  # from which queue
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Queued workloads' places in the last cycle's queue order (1 goes first): worked out
+        when asked, not by every cycle (10,000 queued is 10,000 entries)."""
+        queue = self.queue
+        if self._positions is None or self._positions[0] is not queue:
+            self._positions = (queue, {u.workload_id: i for i, u in enumerate(queue, 1)})
+        return self._positions[1]
 
     def policy_at(self, now: float) -> Policy:
         """The policy in force at `now`: `policy` with its active time window applied."""
