@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from operator import itemgetter
 
 import structlog
 
@@ -18,16 +19,18 @@ from hub.ids import decision_id
 from hub.leases import Leases
 from hub.loglines import LineThrottle
 from hub.publishing import Publisher, decision
-from hub.records import DecisionRecord, WorkloadRecord
+from hub.records import DecisionRecord, Records, WorkloadRecord
 from hub.state import HubState
 from hub.submissions import Taken
 from schemas import Phase, PlaceCommand, PreemptCommand
 
 log = structlog.get_logger(__name__)
 
+_FIRST = itemgetter(0)
+
 #: A running workload with its epoch and its Place's command stream sequence (hub.core.fleet).
 _Active = tuple[RunningWorkload, int, int | None]
-_Cached = tuple[object, Phase, int, Workload | RunningWorkload | None, _Active | None]
+_Made = tuple[object, Phase, int, bool]
 
 
 #: Every this many cycles the kept placement state is compared with one set up from scratch.
@@ -48,10 +51,18 @@ class Cycle:
         self.snapshots = SnapshotBuilder()
         self._cycles = 0
         self._placed_lines = LineThrottle()  # `cycle_placed` at info at most every second
-        # workload id -> (attempts, phase, refusals, core view, (view, epoch, Place's sequence))
-        # as of the last cycle that saw it
-        self._cache: dict[str, _Cached] = {}
-        self._seqs: dict[str, tuple[object, int, int | None]] = {}
+        # The core's views of the records, kept between cycles and made again only for the
+        # records that moved (`hub.records.Records`): queued ones, and those holding devices
+        # with their epoch and Place's sequence. So a cycle costs what changed, not a look at
+        # every workload in flight.
+        self._records: Records | None = None  # the records the views are of
+        self._pending: dict[str, Workload] = {}
+        self._running: dict[str, _Active] = {}
+        # workload id -> what its view was made of (attempts, phase, refusals, claimed): every
+        # VERIFY_EVERY cycles the records are checked against it, as a record that moved
+        # without telling would leave a stale view
+        self._made: dict[str, _Made] = {}
+        self._views_read = 0
         # What started, ended or began stopping since the last plan: its running view now
         # (None: it holds no devices), for the kept placement state to look at only those.
         self._moved: dict[str, RunningWorkload | None] = {}
@@ -180,87 +191,84 @@ class Cycle:
         return self._views()[1]
 
     def _views(self) -> tuple[list[Workload], list[RunningWorkload], list[_Active]]:
-        """The pending and the running workloads as the core sees them, in one pass, and the
-        running ones with their epoch and Place's stream sequence (for the snapshot).
+        """The pending and the running workloads as the core sees them, and the running ones
+        with their epoch and Place's stream sequence (for the snapshot).
 
-        A record's core view changes only when its phase or attempts do (both are replaced,
-        never mutated), so views are kept between cycles and rebuilt only for the records an
-        event, a placement or a requeue touched: a cycle costs a lookup per workload in
-        flight, not a rebuild. Those rebuilt, and those forgotten, are what moved for the
-        kept placement state (`PlanState.plan`).
+        Views are kept between cycles and made again only for the records that moved since
+        (`Records.take_moved`); those are also what moved for the kept placement state
+        (`PlanState.plan`). A new set of records (start, takeover) is all new.
         """
-        claims = self.state.claims
-        cache = self._cache
-        lookup = cache.get
-        moved = self._moved
-        for wid in self.state.gone:  # forgotten since the last look: none runs any more
-            gone = cache.pop(wid, None)
-            if gone is not None and gone[4] is not None:
-                moved[wid] = None
-        self.state.gone.clear()
-        pending: list[Workload] = []
-        running: list[RunningWorkload] = []
-        active: list[_Active] = []
-        for wid, w in self.state.workloads.items():
-            cached = lookup(wid)
-            if (
-                cached is None
-                or cached[0] is not w.attempts
-                or cached[1] is not w.phase
-                or cached[2] != len(w.rejected_by)  # the list only grows: its length suffices
-            ):
-                was = cached
-                cached = cache[wid] = self._view(w)
-                if cached[4] is not None:
-                    moved[wid] = cached[4][0]
-                elif was is not None and was[4] is not None:
-                    moved[wid] = None
-            seqs = cached[4]
-            if seqs is not None:
-                running.append(seqs[0])
-                active.append(seqs)
-                continue
-            view = cached[3]
-            if isinstance(view, Workload):
-                if wid in claims:
-                    view = Workload(
-                        w.id,
-                        w.spec,
-                        w.submitted_at,
-                        claims_freed=True,
-                        avoid_spokes=view.avoid_spokes,
-                        attained_gpu_s=view.attained_gpu_s,
-                    )
-                pending.append(view)
-        if len(cache) > 2 * len(self.state.workloads) + 1024:  # forget the ended
-            live = self.state.workloads
-            self._cache = {k: v for k, v in cache.items() if k in live}
-            self._seqs = {k: v for k, v in self._seqs.items() if k in live}
-        return pending, running, active
+        records = self.state.workloads
+        self._views_read += 1
+        if records is not self._records or (
+            self._views_read % VERIFY_EVERY == 0 and self._views_stale(records)
+        ):
+            self._records = records
+            self._pending, self._running, self._made, self._moved = {}, {}, {}, {}
+            for w in records.values():  # every record tells these records again
+                w.watch(records.moved)
+            records.moved.clear()
+            self.placement.reset()
+            moved = set(records)
+        else:
+            moved = records.take_moved()
+        if moved:
+            self._view_moved(records, moved)
+        active = list(self._running.values())
+        return list(self._pending.values()), list(map(_FIRST, active)), active
 
-    @staticmethod
-    def _view(w: WorkloadRecord) -> _Cached:
-        """What `_views` keeps of a record: the core's view, with its epoch and Place's
-        sequence when it is running, and what tells a later cycle whether it changed."""
-        if w.phase == Phase.QUEUED:
-            pending = Workload(
-                w.id,
-                w.spec,
-                w.submitted_at,
-                avoid_spokes=frozenset(w.rejected_by),
-                attained_gpu_s=served(w.attempts, w.spec.total_gpus),
-            )
-            return (w.attempts, w.phase, len(w.rejected_by), pending, None)
-        view = transitions.as_running(w)
-        seqs = (view, w.epoch, w.command_seq) if view is not None else None
-        return (w.attempts, w.phase, len(w.rejected_by), view, seqs)
+    def _view_moved(self, records: Records, moved: set[str]) -> None:
+        claims = self.state.claims
+        for wid in sorted(moved):  # in a fixed order: the same plans from the same history
+            self._pending.pop(wid, None)
+            was = self._running.pop(wid, None)
+            w = records.get(wid)
+            if w is None:
+                self._made.pop(wid, None)
+                if was is not None:
+                    self._moved[wid] = None
+                continue
+            claimed = wid in claims
+            self._made[wid] = (w.attempts, w.phase, len(w.rejected_by), claimed)
+            if w.phase == Phase.QUEUED:
+                self._pending[wid] = Workload(
+                    w.id,
+                    w.spec,
+                    w.submitted_at,
+                    claims_freed=claimed,
+                    avoid_spokes=frozenset(w.rejected_by),
+                    attained_gpu_s=served(w.attempts, w.spec.total_gpus),
+                )
+                view = None
+            else:
+                view = transitions.as_running(w)
+            if view is not None:
+                self._running[wid] = (view, w.epoch, w.command_seq)
+                self._moved[wid] = view
+            elif was is not None:
+                self._moved[wid] = None
+
+    def _views_stale(self, records: Records) -> bool:
+        """Whether a record moved without telling (its view is not what it is now): logged,
+        and the views made afresh."""
+        made, claims = self._made, self.state.claims
+        stale = [
+            wid
+            for wid, w in records.items()
+            if (m := made.get(wid)) is None
+            or m[0] is not w.attempts
+            or m[1] is not w.phase
+            or m[2] != len(w.rejected_by)
+            or m[3] != (wid in claims)
+        ]
+        if stale or len(made) != len(records):
+            log.error("cycle_views_stale", workloads=stale[:10], count=len(stale))
+            return True
+        return False
 
     def _active(self, rw: RunningWorkload) -> _Active:
         w = self.state.workloads[rw.id]
-        cached = self._seqs.get(rw.id)
-        if cached is None or cached[0] is not w.attempts:
-            cached = self._seqs[rw.id] = (w.attempts, w.epoch, w.command_seq)
-        return rw, cached[1], cached[2]
+        return rw, w.epoch, w.command_seq
 
     def _forget_reported_ends(self) -> None:
         ended, reports = self.state.ended, self.state.reports
@@ -361,4 +369,6 @@ class _Undo:
             w.lifecycle = lc
             w.reason, w.message = reason, message
             del w.history[noted:]
-        self.state.claims.update(c for c in self.claims if c in workloads)
+        for claimant in self.claims:
+            if claimant in workloads:
+                self.state.claim(claimant)

@@ -291,14 +291,14 @@ class Handlers(Intake):
         if event.phase == EventPhase.CANCELLED and w.stop_reason:  # stopped by hub.idle
             reason, detail = EndReason(w.stop_reason), w.stop_notice
         if event.reason == "runtime_refused" and event.spoke_id not in w.rejected_by:
-            w.rejected_by.append(event.spoke_id)  # never placed there again
+            w.rejected_by = [*w.rejected_by, event.spoke_id]  # never placed there again
         ended = transitions.end(w, reason, now, detail, event.exit_code)
         self.state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
         # The spoke frees devices before it reports the end: its last report may list them.
         self.state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)
         claimant = lifecycle.freed_for(ended)
         if claimant is not None and claimant in self.state.workloads:
-            self.state.claims.add(claimant)
+            self.state.claim(claimant)
         return True
 
     def _malformed(self, msg: Msg, exc: Exception, why: str = "malformed") -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, PrivateAttr, computed_field
 
 from hub.core.lifecycle import Attempt, Lifecycle, RetryRules, live_attempt
 from schemas import Assignment, CapacityReport, Phase, RestartPolicy, WorkloadSpec
@@ -49,16 +50,21 @@ class WorkloadRecord(BaseModel):
     stop_reason: str = ""
     stop_notice: str = ""
     # Spokes whose runtime refused it for good: placement never sends it back to them.
-    rejected_by: list[str] = Field(default_factory=list)
+    rejected_by: list[str] = Field(default_factory=list)  # replaced, never appended to
     history: list[HistoryEntry] = Field(default_factory=list)
+    # The ids of moved records of the `Records` that holds it, told when it moves.
+    _watch: set[str] | None = PrivateAttr(default=None)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """A field is written as pydantic writes one of a model without validate_assignment
         (into the instance, noted as set), without its three calls and two lookups: the hub
-        writes a dozen a workload. Anything else (`lifecycle`, an unknown name) as pydantic."""
+        writes a dozen a workload. Anything else (`lifecycle`, an unknown name) as pydantic.
+        A field the scheduling cycle's views are made of tells the `Records` that holds it."""
         if name in _FIELDS:
             self.__dict__[name] = value
             self.__pydantic_fields_set__.add(name)
+            if name in _VIEWED:
+                self._moved()
         elif name == "lifecycle":
             object.__setattr__(self, name, value)
         else:
@@ -74,6 +80,19 @@ class WorkloadRecord(BaseModel):
         fields = self.__dict__
         fields["phase"], fields["attempts"], fields["restarts"] = lc.phase, lc.attempts, lc.restarts
         self.__pydantic_fields_set__.update(_MOVED)
+        self._moved()
+
+    def watch(self, moved: set[str] | None) -> None:
+        """Add its id to `moved` whenever it moves (None: to none)."""
+        private = self.__pydantic_private__
+        assert private is not None  # a model with a private attribute always has the dict
+        private["_watch"] = moved
+
+    def _moved(self) -> None:
+        private = self.__pydantic_private__
+        watch = private.get("_watch") if private is not None else None
+        if watch is not None:
+            watch.add(self.id)
 
     @property
     def live(self) -> Attempt | None:
@@ -173,6 +192,63 @@ class WorkloadRecord(BaseModel):
 #: What `WorkloadRecord.__setattr__` writes straight in, and what a lifecycle move sets.
 _FIELDS = frozenset(WorkloadRecord.model_fields)
 _MOVED = ("phase", "attempts", "restarts")
+#: The fields the cycle's views of a record are made of (`hub.cycle`): writing one moves it.
+_VIEWED = frozenset({"id", "spec", "submitted_at", "rejected_by", *_MOVED})
+
+
+class Records(dict[str, WorkloadRecord]):
+    """The hub's non-terminal workloads by id, and which of them moved since the scheduling
+    cycle last looked (`take_moved`): each added, removed or replaced, and each whose record
+    says it moved (`WorkloadRecord.watch`). So a cycle reads what changed, not every record.
+    """
+
+    def __init__(self, records: Iterable[WorkloadRecord] = ()) -> None:
+        super().__init__()
+        self.moved: set[str] = set()
+        for record in records:
+            self[record.id] = record
+
+    def __setitem__(self, workload_id: str, record: WorkloadRecord) -> None:
+        old = self.get(workload_id)
+        if old is not None and old is not record:
+            old.watch(None)
+        record.watch(self.moved)
+        self.moved.add(workload_id)
+        super().__setitem__(workload_id, record)
+
+    def __delitem__(self, workload_id: str) -> None:
+        self[workload_id].watch(None)
+        self.moved.add(workload_id)
+        super().__delitem__(workload_id)
+
+    def pop(self, workload_id: str, *default: Any) -> Any:
+        if workload_id in self:
+            self[workload_id].watch(None)
+            self.moved.add(workload_id)
+        return super().pop(workload_id, *default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for workload_id, record in dict(*args, **kwargs).items():
+            self[workload_id] = record
+
+    def setdefault(self, workload_id: str, record: WorkloadRecord) -> WorkloadRecord:
+        if workload_id not in self:
+            self[workload_id] = record
+        return self[workload_id]
+
+    def popitem(self) -> tuple[str, WorkloadRecord]:
+        workload_id = next(reversed(self))
+        return workload_id, self.pop(workload_id)
+
+    def clear(self) -> None:
+        for workload_id in list(self):
+            del self[workload_id]
+
+    def take_moved(self) -> set[str]:
+        """The ids moved since the last call (the records keep telling the same set)."""
+        moved = set(self.moved)
+        self.moved.clear()
+        return moved
 
 
 class DecisionRecord(BaseModel):

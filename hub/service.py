@@ -45,7 +45,7 @@ from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
 from hub.publishing import Publisher, decision
 from hub.queries import HubView
-from hub.records import DecisionRecord, WorkloadRecord
+from hub.records import DecisionRecord, Records, WorkloadRecord
 from hub.services import ServiceController
 from hub.settings import HubSettings
 from hub.state import HubState
@@ -227,7 +227,7 @@ class HubService(HubView):
     async def _load(self) -> None:
         await self._load_policy()
         state = self.state
-        state.workloads = {w.id: w for w in await self.db(self.store.active)}
+        state.workloads = Records(await self.db(self.store.active))
         state.instances = {i.burst_id: i for i in await self.db(self.store.instances)}
         state.bills = {b.burst_id: b for b in await self.db(self.store.bills)}
         for spoke in await self.db(self.store.spokes):

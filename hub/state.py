@@ -23,7 +23,7 @@ from hub.core.windows import active_window, apply_window
 from hub.dbworker import DbWorker
 from hub.metrics import HubMetrics
 from hub.ports import Store
-from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
+from hub.records import DecisionRecord, Records, SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.usage import InstanceBill
 from schemas import CapacityReport, WorkloadSpec
@@ -40,7 +40,7 @@ class HubState:
     store: Store
     clock: Callable[[], float]
     policy: Policy
-    workloads: dict[str, WorkloadRecord] = field(default_factory=dict)  # non-terminal only
+    workloads: Records = field(default_factory=Records)  # non-terminal only
     reports: dict[str, CapacityReport] = field(default_factory=dict)
     spokes: dict[str, SpokeRecord] = field(default_factory=dict)
     instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
@@ -68,8 +68,6 @@ class HubState:
     activity: dict[str, tuple[int, Activity]] = field(default_factory=dict)
     # Pending workloads whose preemption victims have stopped: they go first next cycle.
     claims: set[str] = field(default_factory=set)
-    # Workloads forgotten since the cycle last read the records (hub.cycle: what moved).
-    gone: set[str] = field(default_factory=set)
     # Records moved by spokes' events and not yet saved: while the cycle loop runs, those the
     # next cycle saves in its own transaction; else (or once a save failed, while the events
     # come back as stale) those the next batch of events saves. No event is acked before its
@@ -153,10 +151,14 @@ class HubState:
                 self.forget(record.id)
         self.unsaved.clear()
 
+    def claim(self, workload_id: str) -> None:
+        """Stopping work preempted for `workload_id` has ended: it goes first next cycle."""
+        self.claims.add(workload_id)
+        self.workloads.moved.add(workload_id)  # its view says so (hub.cycle)
+
     def forget(self, workload_id: str) -> None:
         """Drop a workload that reached a terminal phase from the in-memory view."""
         self.workloads.pop(workload_id, None)
-        self.gone.add(workload_id)
         self.claims.discard(workload_id)
         self.activity.pop(workload_id, None)
 
