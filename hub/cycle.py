@@ -199,23 +199,26 @@ class Cycle:
         (`PlanState.plan`). A new set of records (start, takeover) is all new.
         """
         records = self.state.workloads
-        self._views_read += 1
-        if records is not self._records or (
-            self._views_read % VERIFY_EVERY == 0 and self._views_stale(records)
-        ):
-            self._records = records
-            self._pending, self._running, self._made, self._moved = {}, {}, {}, {}
-            for w in records.values():  # every record tells these records again
-                w.watch(records.moved)
-            records.moved.clear()
-            self.placement.reset()
-            moved = set(records)
-        else:
-            moved = records.take_moved()
+        if records is not self._records:
+            self._afresh(records)
+        moved = records.take_moved()
         if moved:
             self._view_moved(records, moved)
+        self._views_read += 1
+        if self._views_read % VERIFY_EVERY == 0 and self._views_stale(records):
+            self._afresh(records)
+            self._view_moved(records, records.take_moved())
         active = list(self._running.values())
         return list(self._pending.values()), list(map(_FIRST, active)), active
+
+    def _afresh(self, records: Records) -> None:
+        """Forget every view: each record is made again, and tells these records again."""
+        self._records = records
+        self._pending, self._running, self._made, self._moved = {}, {}, {}, {}
+        for w in records.values():
+            w.watch(records.moved)
+        records.moved.update(records)
+        self.placement.reset()
 
     def _view_moved(self, records: Records, moved: set[str]) -> None:
         claims = self.state.claims
