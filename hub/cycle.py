@@ -232,7 +232,7 @@ class Cycle:
                     self._moved[wid] = None
                 continue
             claimed = wid in claims
-            self._made[wid] = (w.attempts, w.phase, len(w.rejected_by), claimed)
+            self._made[wid] = _made_of(w, claimed)
             if w.phase == Phase.QUEUED:
                 self._pending[wid] = Workload(
                     w.id,
@@ -255,15 +255,7 @@ class Cycle:
         """Whether a record moved without telling (its view is not what it is now): logged,
         and the views made afresh."""
         made, claims = self._made, self.state.claims
-        stale = [
-            wid
-            for wid, w in records.items()
-            if (m := made.get(wid)) is None
-            or m[0] is not w.attempts
-            or m[1] is not w.phase
-            or m[2] != len(w.rejected_by)
-            or m[3] != (wid in claims)
-        ]
+        stale = [wid for wid, w in records.items() if made.get(wid) != _made_of(w, wid in claims)]
         if stale or len(made) != len(records):
             log.error("cycle_views_stale", workloads=stale[:10], count=len(stale))
             return True
@@ -331,6 +323,11 @@ class Cycle:
                 w.reason, w.message = unplaced.reason.value, unplaced.message
                 changed.append(w)
         return changed, decisions
+
+
+def _made_of(w: WorkloadRecord, claimed: bool) -> _Made:
+    """What a record's view is made of: the view is stale when this is not what it was."""
+    return (w.attempts, w.phase, len(w.rejected_by), claimed)
 
 
 def release_waiters(waiters: list[asyncio.Future[None]], exc: BaseException | None = None) -> None:

@@ -64,7 +64,7 @@ class WorkloadRecord(BaseModel):
             self.__dict__[name] = value
             self.__pydantic_fields_set__.add(name)
             if name in _VIEWED:
-                self._moved()
+                self._tell()
         elif name == "lifecycle":
             object.__setattr__(self, name, value)
         else:
@@ -80,7 +80,7 @@ class WorkloadRecord(BaseModel):
         fields = self.__dict__
         fields["phase"], fields["attempts"], fields["restarts"] = lc.phase, lc.attempts, lc.restarts
         self.__pydantic_fields_set__.update(_MOVED)
-        self._moved()
+        self._tell()
 
     def watch(self, moved: set[str] | None) -> None:
         """Add its id to `moved` whenever it moves (None: to none)."""
@@ -88,7 +88,7 @@ class WorkloadRecord(BaseModel):
         assert private is not None  # a model with a private attribute always has the dict
         private["_watch"] = moved
 
-    def _moved(self) -> None:
+    def _tell(self) -> None:
         private = self.__pydantic_private__
         watch = private.get("_watch") if private is not None else None
         if watch is not None:
@@ -222,10 +222,11 @@ class Records(dict[str, WorkloadRecord]):
         super().__delitem__(workload_id)
 
     def pop(self, workload_id: str, *default: Any) -> Any:
-        if workload_id in self:
-            self[workload_id].watch(None)
-            self.moved.add(workload_id)
-        return super().pop(workload_id, *default)
+        if workload_id not in self:
+            return super().pop(workload_id, *default)  # the default, or KeyError
+        record = self[workload_id]
+        del self[workload_id]
+        return record
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for workload_id, record in dict(*args, **kwargs).items():
