@@ -87,7 +87,9 @@ def rescue(
         and amount > EPS
         and not ledger.exceeds_room(team, model, cls.value, amount)
     )
-    stopping = [h for h in victims.stopping(model) if victims.may_wait_on(h, workload.id)]
+    stopping = victims.stopping(model)
+    if stopping:
+        stopping = [h for h in stopping if victims.may_wait_on(h, workload.id)]
     las = () if capacity_fit is not None else las
     if not stopping and not reclaim and not las and not ledger.has_below(team, model, cls.value):
         return None

@@ -40,6 +40,8 @@ class Ledger:
         self.dept_used: dict[tuple[str, str], float] = {}
         # (team, model) -> class value -> GPUs; preempting work excluded
         self.filled: dict[tuple[str, str], dict[int, float]] = {}
+        # (team, model) -> the lowest class value with GPUs in `filled` (`has_below`)
+        self._lowest: dict[tuple[str, str], int] = {}
         # (department, model) -> its teams, in a fixed order so float sums never vary
         self._members: dict[tuple[str, str], dict[str, None]] = {}
         self._models_of: dict[str, set[str]] = {}
@@ -51,6 +53,8 @@ class Ledger:
         self._room_bounds: dict[tuple[str, str, int], float] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # team -> share, until its next add()
         self._quotas: dict[tuple[str, str], Quota] = {}  # (team, model) -> its own quota
+        # (team, model) -> its own quota, its department and the department's quota
+        self._limit_of: dict[tuple[str, str], tuple[Quota, str | None, Quota | None]] = {}
 
     def add(
         self, team: str, model: str, amount: float, value: int, *, preempting: bool = False
@@ -76,27 +80,26 @@ class Ledger:
             self._members.setdefault(dkey, {})[team] = None
         if not preempting:
             levels = self.filled.setdefault(key, {})
-            levels[value] = levels.get(value, 0.0) + amount
+            filled = levels[value] = levels.get(value, 0.0) + amount
+            if filled > EPS and value < self._lowest.get(key, value + 1):
+                self._lowest[key] = value  # sums never shrink: a level, once over, stays
 
     def admit(self, team: str, cls: PriorityClass, model: str, amount: float) -> Block | None:
         """None when quota lets `team` take `amount` more `model` GPUs at class `cls`."""
         if not self.limited:
             return None
-        own = self._own(team, model)
+        own, dept_name, quota = self._limits(team, model)
         used = self.used.get((team, model), 0.0)
         if own.limit is not None and used + amount > own.limit + EPS:
             return Block(
                 Reason.TEAM_LIMIT, _limit_message("team", team, model, used, own.limit, amount)
             )
-        dept_name = self.policy.team(team).department
-        dept = self.policy.department(dept_name)
-        if dept is not None:
-            quota = quota_for(dept.quotas, model)
-            dused = self.dept_used.get((dept.name, model), 0.0)
-            if quota is not None and quota.limit is not None and dused + amount > quota.limit + EPS:
+        if quota is not None and quota.limit is not None and dept_name is not None:
+            dused = self.dept_used.get((dept_name, model), 0.0)
+            if dused + amount > quota.limit + EPS:
                 return Block(
                     Reason.DEPARTMENT_LIMIT,
-                    _limit_message("department", dept.name, model, dused, quota.limit, amount),
+                    _limit_message("department", dept_name, model, dused, quota.limit, amount),
                 )
         if not cls.may_borrow:
             room = self.room(team, model, cls.value)
@@ -115,13 +118,11 @@ class Ledger:
         if not self.limited:
             return INF
         room = INF
-        own = self._own(team, model)
+        own, dept_name, quota = self._limits(team, model)
         if own.limit is not None:
             room = own.limit - self.used.get((team, model), 0.0)
-        dept = self.policy.department(self.policy.team(team).department)
-        quota = quota_for(dept.quotas, model) if dept is not None else None
-        if dept is not None and quota is not None and quota.limit is not None:
-            room = min(room, quota.limit - self.dept_used.get((dept.name, model), 0.0))
+        if quota is not None and quota.limit is not None and dept_name is not None:
+            room = min(room, quota.limit - self.dept_used.get((dept_name, model), 0.0))
         return room
 
     def room(self, team: str, model: str, value: int) -> float:
@@ -186,10 +187,8 @@ class Ledger:
 
     def has_below(self, team: str, model: str, value: int) -> bool:
         """Whether the team holds `model` GPUs at a priority below `value` (not stopping)."""
-        levels = self.filled.get((team, model))
-        if not levels:
-            return False
-        return any(v < value and a > EPS for v, a in levels.items())
+        lowest = self._lowest.get((team, model))
+        return lowest is not None and lowest < value
 
     def over_guarantee(self, team: str, model: str) -> bool:
         """Whether the team holds more `model` GPUs than its own guarantee (not stopping)."""
@@ -214,6 +213,15 @@ class Ledger:
     def pool(self, dept_name: str, model: str) -> float:
         """The part of a department's `model` guarantee its teams share."""
         return self._pool(dept_name, model)
+
+    def _limits(self, team: str, model: str) -> tuple[Quota, str | None, Quota | None]:
+        found = self._limit_of.get((team, model))
+        if found is None:
+            dept = self.policy.department(self.policy.team(team).department)
+            quota = quota_for(dept.quotas, model) if dept is not None else None
+            found = (self._own(team, model), dept.name if dept is not None else None, quota)
+            self._limit_of[(team, model)] = found
+        return found
 
     def _own(self, team: str, model: str) -> Quota:
         found = self._quotas.get((team, model))
