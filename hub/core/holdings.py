@@ -8,7 +8,7 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from operator import attrgetter
 
 from hub.core.capacity import Capacity, Pool
@@ -94,7 +94,7 @@ class KeptOrder:
     def holdings(
         self,
         key: tuple[str, str, str],
-        group: list[RunningWorkload],
+        group: Collection[RunningWorkload],
         model: str,
         cls: PriorityClass | None,
         capacity: Capacity,
@@ -143,7 +143,7 @@ def _same_class(a: PriorityClass | None, b: PriorityClass | None) -> bool:
 
 
 def newest_first(
-    group: list[RunningWorkload], model: str, cls: PriorityClass | None, capacity: Capacity
+    group: Iterable[RunningWorkload], model: str, cls: PriorityClass | None, capacity: Capacity
 ) -> list[Holding]:
     """Holdings of `group`, newest first, ties by id."""
     ordered = sorted(group, key=_ID)

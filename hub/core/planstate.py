@@ -33,7 +33,7 @@ and starts afresh when it finds a difference (`hub.cycle`). Pure: no clock, no I
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import compress
 from operator import is_not
 from typing import Any
@@ -284,7 +284,7 @@ class PlanState:
             if group is None:
                 out.groups.pop((team, model, name), None)
             else:
-                out.groups[(team, model, name)] = list(group.values())
+                out.groups[(team, model, name)] = group.values()  # a view: no copy
         self._dirty.clear()
         for pair in pairs:
             total = 0.0
@@ -360,5 +360,5 @@ def _followable(snapshot: Snapshot) -> bool:
     return all(len({n.name for n in s.nodes}) == len(s.nodes) for s in snapshot.spokes)
 
 
-def _ids(groups: Mapping[Any, list[RunningWorkload]]) -> dict[object, set[str]]:
+def _ids(groups: Mapping[Any, Collection[RunningWorkload]]) -> dict[object, set[str]]:
     return {key: {r.id for r in members} for key, members in groups.items() if members}

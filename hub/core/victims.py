@@ -16,7 +16,7 @@ or ended.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping
 from heapq import merge
 
 from hub.core.capacity import EPS, Capacity
@@ -39,8 +39,9 @@ class Tally:
     def __init__(self) -> None:
         # (team, model, stopping, class name) -> GPUs
         self.sums: dict[tuple[str, str, bool, str], float] = {}
-        # (team, model, class name) -> running work, not stopping
-        self.groups: dict[tuple[str, str, str], list[RunningWorkload]] = {}
+        # (team, model, class name) -> running work, not stopping (`PlanState` keeps a view of
+        # its own members here, not a copy)
+        self.groups: dict[tuple[str, str, str], Collection[RunningWorkload]] = {}
         self.totals: dict[tuple[str, str], float] = {}  # (team, model), not stopping
         self.stopping: dict[str, list[RunningWorkload]] = {}  # model -> being preempted
 
