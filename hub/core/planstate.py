@@ -236,6 +236,7 @@ class PlanState:
         if members is None:
             members = self._members[key] = {}
             self._pairs.setdefault((key[0], key[1]), set()).add(key)
+            self._tally.reorder()
         members[r.id] = r
         sums = self._tally.sums
         sums[key] = sums.get(key, 0.0) + amount
@@ -259,6 +260,7 @@ class PlanState:
         else:
             del self._members[key]
             del sums[key]
+            self._tally.reorder()
             pair = self._pairs[(key[0], key[1])]
             pair.discard(key)
             if not pair:

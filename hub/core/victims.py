@@ -34,16 +34,27 @@ from hub.core.quotas import Ledger
 class Tally:
     """Running work summed and grouped in one pass: the only pass over all of it."""
 
-    __slots__ = ("groups", "stopping", "sums", "totals")
+    __slots__ = ("_keys", "groups", "stopping", "sums", "totals")
 
     def __init__(self) -> None:
         # (team, model, stopping, class name) -> GPUs
         self.sums: dict[tuple[str, str, bool, str], float] = {}
+        self._keys: list[tuple[str, str, bool, str]] | None = None  # `sums`' keys, sorted
         # (team, model, class name) -> running work, not stopping (`PlanState` keeps a view of
         # its own members here, not a copy)
         self.groups: dict[tuple[str, str, str], Collection[RunningWorkload]] = {}
         self.totals: dict[tuple[str, str], float] = {}  # (team, model), not stopping
         self.stopping: dict[str, list[RunningWorkload]] = {}  # model -> being preempted
+
+    def ordered(self) -> list[tuple[str, str, bool, str]]:
+        """The keys of `sums`, sorted; kept until `reorder()` says the keys changed."""
+        if self._keys is None:
+            self._keys = sorted(self.sums)
+        return self._keys
+
+    def reorder(self) -> None:
+        """A key joined or left `sums`."""
+        self._keys = None
 
 
 def tally(running: Iterable[RunningWorkload], models: Mapping[str, Mapping[str, str]]) -> Tally:
@@ -118,9 +129,12 @@ class Victims:
         # (team, model) -> [(value, class name, GPUs, class)], lowest value first
         self._classes: dict[tuple[str, str], list[tuple[int, str, float, PriorityClass | None]]]
         self._classes = {}
-        for (team, model, preempting, name), amount in sorted(running.sums.items()):
+        sums = running.sums
+        for key in running.ordered():
+            team, model, preempting, name = key
             if preempting:
                 continue
+            amount = sums[key]
             cls = policy.priority_class(name)
             value = cls.value if cls is not None else 0
             self._classes.setdefault((team, model), []).append((value, name, amount, cls))
