@@ -377,11 +377,11 @@ class _Planner:
         if not self.running:
             return None
         spec = workload.spec
-        victims = self._victims or self._victims_index()
+        victims = self._victims_index()
         best: Rescue | None = None
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
         ordering = self.policy.ordering
-        level = rescue_level(workload, ordering, self.now) if ordering.mode == "las" else 0
+        level = rescue_level(workload, ordering, self.now)
         # las_victims() has none to give under fifo or at the top level
         las_on = ordering.mode == "las" and level + 1 <= len(ordering.thresholds_gpu_s)
         earmarked = workload.id in victims.earmarked  # work stopping for it: look again

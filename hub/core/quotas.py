@@ -52,7 +52,6 @@ class Ledger:
         # (team, model, class value) -> the room last computed: no later room is larger
         self._room_bounds: dict[tuple[str, str, int], float] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # team -> share, until its next add()
-        self._quotas: dict[tuple[str, str], Quota] = {}  # (team, model) -> its own quota
         # (team, model) -> its own quota, its department and the department's quota
         self._limit_of: dict[tuple[str, str], tuple[Quota, str | None, Quota | None]] = {}
 
@@ -215,20 +214,20 @@ class Ledger:
         return self._pool(dept_name, model)
 
     def _limits(self, team: str, model: str) -> tuple[Quota, str | None, Quota | None]:
+        """The team's own `model` quota, its department and the department's quota."""
         found = self._limit_of.get((team, model))
         if found is None:
-            dept = self.policy.department(self.policy.team(team).department)
+            settings = self.policy.team(team)
+            own = quota_for(settings.quotas, model) or _NO_QUOTA
+            dept = self.policy.department(settings.department)
             quota = quota_for(dept.quotas, model) if dept is not None else None
-            found = (self._own(team, model), dept.name if dept is not None else None, quota)
+            found = (own, dept.name if dept is not None else None, quota)
             self._limit_of[(team, model)] = found
         return found
 
     def _own(self, team: str, model: str) -> Quota:
-        found = self._quotas.get((team, model))
-        if found is None:
-            found = quota_for(self.policy.team(team).quotas, model) or _NO_QUOTA
-            self._quotas[(team, model)] = found
-        return found
+        found = self._limit_of.get((team, model))
+        return (found if found is not None else self._limits(team, model))[0]
 
     def _pool(self, dept_name: str | None, model: str) -> float:
         """The department's guarantee its teams share: what their own ones leave over."""
