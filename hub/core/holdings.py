@@ -80,16 +80,22 @@ VICTIM_ORDER = attrgetter("order")
 class KeptOrder:
     """Each group's work in victim order, kept across plans on the same fleet (`PlanState`).
 
-    `PlanState` files each workload that starts or ends in its sorted group in place (`add`,
-    `remove`), so a plan reads every group as it is. A group whose class changed its value or
-    preemptibility (a new policy), or whose size differs from the tally's, is sorted again.
+    `PlanState` tells it of each workload that starts or ends (`add`, `remove`). A plan's
+    searches for victims read a fifth of the groups or fewer, so a change is only noted, and
+    filed in place (`insort`, `bisect`) when a plan next reads its group (`holdings`). A
+    group whose class changed its value or preemptibility (a new policy), or whose size then
+    differs from the tally's, is sorted afresh.
     """
 
-    __slots__ = ("_groups",)
+    __slots__ = ("_added", "_gone", "_groups")
 
     def __init__(self) -> None:
         # (team, model, class name) -> (class, holdings newest first)
         self._groups: dict[tuple[str, str, str], tuple[PriorityClass | None, list[Holding]]] = {}
+        # per group read before, since its last read: work that started, and work that ended
+        # (by id: its started_at when it was filed)
+        self._added: dict[tuple[str, str, str], dict[str, RunningWorkload]] = {}
+        self._gone: dict[tuple[str, str, str], dict[str, float]] = {}
 
     def holdings(
         self,
@@ -101,38 +107,87 @@ class KeptOrder:
     ) -> list[Holding]:
         """The group's holdings, newest first."""
         kept = self._groups.get(key)
-        if kept is not None and _same_class(kept[0], cls) and len(kept[1]) == len(group):
-            return kept[1]
+        added = self._added.pop(key, None)
+        gone = self._gone.pop(key, None)
+        if kept is not None and _same_class(kept[0], cls):
+            kept_cls, found = kept
+            value = kept_cls.value if kept_cls is not None else 0
+            filed = True
+            if gone:
+                for workload_id, started_at in gone.items():
+                    i = bisect_left(found, (value, -started_at, workload_id), key=VICTIM_ORDER)
+                    if i < len(found) and found[i].id == workload_id:
+                        del found[i]
+                    else:  # not where it should be: sort the group afresh
+                        filed = False
+                        break
+            if filed and added:
+                for r in added.values():
+                    insort(found, Holding(r, model, kept_cls, capacity), key=VICTIM_ORDER)
+            if filed and len(found) == len(group):
+                return found
         found = newest_first(group, model, cls, capacity)
         self._groups[key] = (cls, found)
         return found
 
-    def add(
-        self, key: tuple[str, str, str], r: RunningWorkload, capacity: Capacity, policy: Policy
+    def fill(
+        self,
+        groups: Mapping[tuple[str, str, str], Collection[RunningWorkload]],
+        capacity: Capacity,
+        policy: Policy,
     ) -> None:
-        """File `r`, which started running in group `key`."""
-        kept = self._groups.get(key)
-        if kept is None:
-            kept = self._groups[key] = (policy.priority_class(key[2]), [])
-        insort(kept[1], Holding(r, key[1], kept[0], capacity), key=VICTIM_ORDER)
+        """Put every group in victim order (the fleet was set up afresh)."""
+        for key, group in groups.items():
+            cls = policy.priority_class(key[2])
+            self._groups[key] = (cls, newest_first(group, key[1], cls, capacity))
+            self._added.pop(key, None)
+            self._gone.pop(key, None)
+
+    def misfiled(
+        self,
+        groups: Mapping[tuple[str, str, str], Collection[RunningWorkload]],
+        capacity: Capacity,
+        policy: Policy,
+    ) -> list[tuple[str, str, str]]:
+        """Groups whose kept order, its noted changes filed, is not the one sorted afresh
+        (`PlanState.verify`)."""
+        found = []
+        for key in list(self._groups):
+            group = groups.get(key)
+            if group is None:
+                continue  # no longer runs: forgotten at the next plan's read (`prune`)
+            cls = policy.priority_class(key[2])
+            kept = [h.id for h in self.holdings(key, group, key[1], cls, capacity)]
+            if kept != [h.id for h in newest_first(group, key[1], cls, capacity)]:
+                found.append(key)
+        return found
+
+    def add(self, key: tuple[str, str, str], r: RunningWorkload) -> None:
+        """Note `r`, which started running in group `key`."""
+        if key in self._groups:
+            added = self._added.get(key)
+            if added is None:
+                added = self._added[key] = {}
+            added[r.id] = r
 
     def remove(self, key: tuple[str, str, str], r: RunningWorkload) -> None:
-        """Take out `r`, which left group `key`."""
-        kept = self._groups.get(key)
-        if kept is None:
+        """Note that `r` left group `key`."""
+        if key not in self._groups:
             return
-        cls, found = kept
-        order = (cls.value if cls is not None else 0, -r.started_at, r.id)
-        i = bisect_left(found, order, key=VICTIM_ORDER)
-        if i < len(found) and found[i].id == r.id:
-            del found[i]
-        else:  # not where it should be: sort the group afresh when next read
-            del self._groups[key]
+        added = self._added.get(key)
+        if added is not None and added.pop(r.id, None) is not None:
+            return  # noted as started since the last read: never filed
+        gone = self._gone.get(key)
+        if gone is None:
+            gone = self._gone[key] = {}
+        gone[r.id] = r.started_at
 
     def prune(self, groups: Mapping[tuple[str, str, str], object]) -> None:
         """Forget groups that no longer run."""
         for key in [k for k in self._groups if k not in groups]:
             del self._groups[key]
+            self._added.pop(key, None)
+            self._gone.pop(key, None)
 
 
 def _same_class(a: PriorityClass | None, b: PriorityClass | None) -> bool:

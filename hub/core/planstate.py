@@ -25,7 +25,8 @@ arguments as `hub.core.placement.plan` and returns the same plan:
   state only through the next snapshot and running list: the caller's truth, not the plan's.
 - **Across plans** the pools of each workload signature, the reasons a shape never fits and
   running work in victim order (`hub.core.placement.Kept`) stay while the fleet's make-up
-  does; work that starts or ends is filed in or out of its class's victim order in place.
+  does; work that starts or ends is noted against its class's victim order, and filed in
+  when a plan next reads that class (`hub.core.holdings.KeptOrder`).
 
 `verify()` compares the kept state with one set up from scratch; the hub runs it now and then
 and starts afresh when it finds a difference (`hub.cycle`). Pure: no clock, no I/O.
@@ -123,6 +124,9 @@ class PlanState:
             problems.append("tally groups differ")
         if _ids(work.stopping) != _ids(expected.stopping):
             problems.append("stopping work differs")
+        if self._policy is not None:
+            for key in self._kept.order.misfiled(work.groups, capacity, self._policy):
+                problems.append(f"victim order of {key} differs")
         return problems
 
     # -- the fleet -------------------------------------------------------------------------
@@ -158,6 +162,9 @@ class PlanState:
             self._capacity = None  # node names repeat: set up afresh every plan
         for r in running:
             self._add(r, capacity)
+        if self._policy is not None:  # every group in victim order now, not in later cycles
+            groups = {(k[0], k[1], k[3]): m.values() for k, m in self._members.items() if not k[2]}
+            self._kept.order.fill(groups, capacity, self._policy)
         return capacity
 
     def _follow(self, capacity: Capacity, snapshot: Snapshot) -> bool:
@@ -241,8 +248,8 @@ class PlanState:
         sums = self._tally.sums
         sums[key] = sums.get(key, 0.0) + amount
         self._dirty.add(key)
-        if not key[2] and self._policy is not None:
-            self._kept.order.add((key[0], key[1], key[3]), r, capacity, self._policy)
+        if not key[2]:
+            self._kept.order.add((key[0], key[1], key[3]), r)
 
     def _remove(self, workload_id: str) -> None:
         r, key, amount = self._entries.pop(workload_id)
