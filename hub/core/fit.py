@@ -35,6 +35,7 @@ class Sig:
         "key",
         "miss",
         "pool_ids",
+        "tiers",
     )
 
     def __init__(self, key: SigKey) -> None:
@@ -43,6 +44,9 @@ class Sig:
         self.pool_ids: dict[str, set[int]] = {}
         # model -> eligible pools per spoke (`_by_spoke`), made when a gang first looks
         self.by_spoke: dict[str, list[list[Pool]]] = {}
+        # model -> its eligible on-prem pools, then its cloud ones (`_tiers`), made when a
+        # single node's shape first looks
+        self.tiers: dict[str, tuple[list[Pool], list[Pool]]] = {}
         self.miss: dict[int, int] = {}  # pool index -> preferred regions/labels it misses, if any
         self.fail_whole: dict[str, int] = {}  # model -> smallest GPU count that did not fit
         self.fail_frac: dict[str, float] = {}  # model -> smallest fraction that did not fit
@@ -166,6 +170,7 @@ def fresh_sig(static: Sig) -> Sig:
     sig = Sig(static.key)
     sig.by_model = static.by_model
     sig.by_spoke = static.by_spoke
+    sig.tiers = static.tiers
     sig.pool_ids = static.pool_ids
     sig.miss = static.miss
     sig.eligible = static.eligible
@@ -262,23 +267,33 @@ def _assignment(node: str, devices: tuple[int, ...], fraction: float | None = No
 
 
 def _find_whole(sig: Sig, model: str, rank: int, g: int) -> Fit | None:
-    best: Pool | None = None
-    best_k = 1 << 30
-    for pool in sig.by_model.get(model, ()):
-        if best is not None and pool.cloud != best.cloud:
-            break  # on-prem found: cloud pools rank below whatever it is
-        m = pool.mask >> g
-        if m:
-            k = g + (m & -m).bit_length() - 1
-            if k < best_k:
-                best, best_k = pool, k
-                if k == g:
-                    break
-    if best is None:
-        return None
-    i = min(best.by_k[best_k])
-    rank_key = (best.cloud, rank, best_k, sig.miss.get(best.index, 0), best.price, best.spoke_id)
-    return Fit(rank_key, best.spoke_id, ((best, i),), g)
+    """The pool with the fullest node that still fits `g`, on-prem first: cloud pools rank
+    below any on-prem one, so they are read only when no on-prem pool fits."""
+    tiers = sig.tiers.get(model)
+    if tiers is None:
+        tiers = sig.tiers[model] = _tiers(sig.by_model.get(model, []))
+    for pools in tiers:
+        best: Pool | None = None
+        best_k = 1 << 30
+        for pool in pools:
+            m = pool.mask >> g
+            if m:
+                k = g + (m & -m).bit_length() - 1
+                if k < best_k:
+                    best, best_k = pool, k
+                    if k == g:
+                        break
+        if best is not None:
+            i = min(best.by_k[best_k])
+            miss = sig.miss.get(best.index, 0)
+            rank_key = (best.cloud, rank, best_k, miss, best.price, best.spoke_id)
+            return Fit(rank_key, best.spoke_id, ((best, i),), g)
+    return None
+
+
+def _tiers(pools: list[Pool]) -> tuple[list[Pool], list[Pool]]:
+    """Eligible pools (on-prem first, `Capacity.view`) split into on-prem and cloud."""
+    return [p for p in pools if not p.cloud], [p for p in pools if p.cloud]
 
 
 def _find_fraction(sig: Sig, model: str, rank: int, fraction: float) -> Fit | None:
