@@ -145,11 +145,7 @@ class _Planner:
         self.ledger = Ledger(policy, self.capacity.total_by_model)
         self.tally = work
         self.kept = kept
-        sums = work.sums
-        for key in work.ordered():
-            team, model, preempting, name = key
-            value = policy.priority(name)
-            self.ledger.add(team, model, sums[key], value, preempting=preempting)
+        self.ledger.load(work.sums, work.ordered())
         self.sigs: dict[object, Sig] = {}
         self.specs: dict[int, SpecInfo] = {} if kept is None else kept.specs
         self.kinds: dict[tuple[object, ...], int] = {} if kept is None else kept.kinds

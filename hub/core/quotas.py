@@ -59,20 +59,41 @@ class Ledger:
         self, team: str, model: str, amount: float, value: int, *, preempting: bool = False
     ) -> None:
         """Count GPUs a team holds at priority `value` (running, or given this cycle)."""
-        key = (team, model)
-        self.used[key] = self.used.get(key, 0.0) + amount
-        self._models_of.setdefault(team, set()).add(model)
         self._shares.pop(team, None)  # a share reads only its own team's usage
         dept = self.policy.team(team).department
-        if not self.limited:
-            return
-        if not preempting:
+        if self.limited and not preempting:
             # A room at value v reads the `model` GPUs its team (and its department's teams)
             # hold at v or above: this add changes those at `value` or below.
             rooms = self._rooms.get(_room_group(model, dept, team))
             if rooms:
                 for k in [k for k in rooms if k[1] <= value]:
                     del rooms[k]
+        self._book(team, model, amount, value, preempting, dept)
+
+    def load(
+        self, sums: dict[tuple[str, str, bool, str], float], keys: list[tuple[str, str, bool, str]]
+    ) -> None:
+        """`add()` each of `keys` (team, model, stopping, class name) with its sum, in order,
+        to a ledger nothing was added to yet (no share or room worked out): a plan's running
+        work, with each team's department looked up once."""
+        priority, team_of = self.policy.priority, self.policy.team
+        depts: dict[str, str | None] = {}
+        for key in keys:
+            team, model, preempting, name = key
+            if team in depts:
+                dept = depts[team]
+            else:
+                dept = depts[team] = team_of(team).department
+            self._book(team, model, sums[key], priority(name), preempting, dept)
+
+    def _book(
+        self, team: str, model: str, amount: float, value: int, preempting: bool, dept: str | None
+    ) -> None:
+        key = (team, model)
+        self.used[key] = self.used.get(key, 0.0) + amount
+        self._models_of.setdefault(team, set()).add(model)
+        if not self.limited:
+            return
         if dept is not None:
             dkey = (dept, model)
             self.dept_used[dkey] = self.dept_used.get(dkey, 0.0) + amount
