@@ -353,10 +353,17 @@ def _find_gang(sig: Sig, model: str, rank: int, nodes: int, g: int) -> Fit | Non
         first = spoke_pools[0]
         if best is not None and first.cloud != best.rank[0]:
             break
-        count = 0
+        count = 0  # nodes with g free or more, up to `nodes` (free_counts, inlined)
         for pool in spoke_pools:
-            for k in free_counts(pool.mask, g):
-                count += len(pool.by_k[k])
+            m = pool.mask >> g
+            k = g
+            while m:
+                if m & 1:
+                    count += len(pool.by_k[k])
+                m >>= 1
+                k += 1
+            if count >= nodes:
+                break
         if count < nodes:
             continue
         chosen: list[tuple[int, Pool, int]] = []
