@@ -3,7 +3,9 @@
 Nodes of one spoke with the same GPU model and labels form a *pool*. A pool files its nodes by
 how many wholly free devices they have (`by_k[k]`, with a bit mask of the non-empty counts),
 and keeps its shared devices sorted by the share still free. Finding the fullest node that still
-fits `g` GPUs is then a shift and a bit trick per pool, not a scan of nodes.
+fits `g` GPUs is then a shift and a bit trick per pool, not a scan of nodes. Each model's
+on-prem pools, and its cloud ones, are filed the same way one level up (`Tier`), so a shape
+that may use any of the model's pools finds the best of them without reading each.
 
 The snapshot is never mutated: free tuples are replaced, shared maps are copied on setup.
 
@@ -43,6 +45,8 @@ class Pool:
         "shared_sorted",
         "spoke",
         "spoke_id",
+        "tier",
+        "tier_pos",
         "total",
     )
 
@@ -65,6 +69,8 @@ class Pool:
         self._sizes: dict[int, int] | None = None  # GPUs per node -> nodes
         # While a plan runs on a kept Capacity: node -> (free, shares) before the plan took any.
         self.saved: dict[int, tuple[tuple[int, ...], dict[int, float] | None]] | None = None
+        self.tier: Tier | None = None  # its model's on-prem or cloud pools (`Capacity.tiers`)
+        self.tier_pos = 0  # its place in the tier's rank order
 
     def nodes_with(self, g: int) -> int:
         """How many nodes of the pool have at least `g` GPUs in all (free or not)."""
@@ -155,12 +161,56 @@ class Pool:
             if not bucket:
                 del self.by_k[old]
                 self.mask &= ~(1 << old)
+                if self.tier is not None:
+                    self.tier.clear(self.tier_pos, old)
         if new > 0:
             bucket = self.by_k.get(new)  # type: ignore[assignment]
             if bucket is None:
                 bucket = self.by_k[new] = set()
                 self.mask |= 1 << new
+                if self.tier is not None:
+                    self.tier.set(self.tier_pos, new)
             bucket.add(i)
+
+
+class Tier:
+    """One model's on-prem (or cloud) pools in rank order, filed by the free counts their
+    nodes have: the pool a single node's shape fits best is then a bit trick and a `min`, not
+    a read of every pool (`hub.core.fit`).
+
+    `at[k]` holds the rank positions of the pools with a node of exactly `k` wholly free
+    devices; bit k of `mask` is set while it is non-empty. Pools keep it current as their own
+    counts change (`Pool._move`).
+    """
+
+    __slots__ = ("at", "mask", "pools")
+
+    def __init__(self, pools: list[Pool]) -> None:
+        self.pools = pools
+        self.at: dict[int, set[int]] = {}
+        self.mask = 0
+        for pos, pool in enumerate(pools):
+            pool.tier, pool.tier_pos = self, pos
+            m, k = pool.mask, 0
+            while m:
+                if m & 1:
+                    self.set(pos, k)
+                m >>= 1
+                k += 1
+
+    def set(self, pos: int, k: int) -> None:
+        found = self.at.get(k)
+        if found is None:
+            found = self.at[k] = set()
+            self.mask |= 1 << k
+        found.add(pos)
+
+    def clear(self, pos: int, k: int) -> None:
+        found = self.at[k]
+        found.discard(pos)
+        if not found:
+            del self.at[k]
+            self.mask &= ~(1 << k)
 
 
 class Capacity:
@@ -183,6 +233,12 @@ class Capacity:
         for pool in self.pools:
             self.total_by_model[pool.model] = self.total_by_model.get(pool.model, 0) + pool.total
         self.models: tuple[str, ...] = tuple(sorted(self.pools_by_model))
+        # (model, cloud) -> its pools of that kind, in `view` order
+        self.tiers: dict[tuple[str, bool], Tier] = {}
+        for model in self.models:
+            ranked = self.view(model, True)[0]
+            for cloud in (False, True):
+                self.tiers[(model, cloud)] = Tier([p for p in ranked if p.cloud == cloud])
         self.has_reserved = any(spoke.reserved_for for spoke in snapshot.spokes)
         unlimited = RuntimeCapabilities()
         self.has_limits = any(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hub.core.capacity import EPS, Capacity, Pool
+from hub.core.capacity import EPS, Capacity, Pool, Tier
 from schemas import Assignment, WorkloadSpec
 
 SigKey = tuple[object, ...]
@@ -35,6 +35,7 @@ class Sig:
         "key",
         "miss",
         "pool_ids",
+        "ranked",
         "tiers",
     )
 
@@ -47,6 +48,9 @@ class Sig:
         # model -> its eligible on-prem pools, then its cloud ones (`_tiers`), made when a
         # single node's shape first looks
         self.tiers: dict[str, tuple[list[Pool], list[Pool]]] = {}
+        # model -> its on-prem and (when it may burst) cloud `Tier`, when its pools are all of
+        # the model's (no affinity, reservation or runtime narrows them)
+        self.ranked: dict[str, tuple[Tier, ...]] = {}
         self.miss: dict[int, int] = {}  # pool index -> preferred regions/labels it misses, if any
         self.fail_whole: dict[str, int] = {}  # model -> smallest GPU count that did not fit
         self.fail_frac: dict[str, float] = {}  # model -> smallest fraction that did not fit
@@ -137,6 +141,10 @@ def build_sig(
             continue
         if plain and not capacity.has_reserved and not limited:
             sig.by_model[model], sig.pool_ids[model] = capacity.view(model, may_burst)
+            onprem = capacity.tiers.get((model, False))
+            if onprem is not None:
+                cloud = capacity.tiers[(model, True)]
+                sig.ranked[model] = (onprem, cloud) if may_burst else (onprem,)
             continue
         eligible = []
         for pool in capacity.view(model, may_burst)[0]:
@@ -171,6 +179,7 @@ def fresh_sig(static: Sig) -> Sig:
     sig.by_model = static.by_model
     sig.by_spoke = static.by_spoke
     sig.tiers = static.tiers
+    sig.ranked = static.ranked
     sig.pool_ids = static.pool_ids
     sig.miss = static.miss
     sig.eligible = static.eligible
@@ -269,6 +278,14 @@ def _assignment(node: str, devices: tuple[int, ...], fraction: float | None = No
 def _find_whole(sig: Sig, model: str, rank: int, g: int) -> Fit | None:
     """The pool with the fullest node that still fits `g`, on-prem first: cloud pools rank
     below any on-prem one, so they are read only when no on-prem pool fits."""
+    ranked = sig.ranked.get(model)
+    if ranked is not None:  # all of the model's pools: their tiers know where g fits best
+        for tier in ranked:
+            m = tier.mask >> g
+            if m:
+                k = g + (m & -m).bit_length() - 1
+                return _whole_fit(sig, tier.pools[min(tier.at[k])], k, rank, g)
+        return None
     tiers = sig.tiers.get(model)
     if tiers is None:
         tiers = sig.tiers[model] = _tiers(sig.by_model.get(model, []))
@@ -284,11 +301,15 @@ def _find_whole(sig: Sig, model: str, rank: int, g: int) -> Fit | None:
                     if k == g:
                         break
         if best is not None:
-            i = min(best.by_k[best_k])
-            miss = sig.miss.get(best.index, 0)
-            rank_key = (best.cloud, rank, best_k, miss, best.price, best.spoke_id)
-            return Fit(rank_key, best.spoke_id, ((best, i),), g)
+            return _whole_fit(sig, best, best_k, rank, g)
     return None
+
+
+def _whole_fit(sig: Sig, pool: Pool, k: int, rank: int, g: int) -> Fit:
+    """`g` devices of the lowest-numbered node of `pool` that has `k` free."""
+    i = min(pool.by_k[k])
+    rank_key = (pool.cloud, rank, k, sig.miss.get(pool.index, 0), pool.price, pool.spoke_id)
+    return Fit(rank_key, pool.spoke_id, ((pool, i),), g)
 
 
 def _tiers(pools: list[Pool]) -> tuple[list[Pool], list[Pool]]:

@@ -115,6 +115,10 @@ class PlanState:
                     problems.append(f"pool {kept.index} ({kept.spoke_id}) differs in {name}")
         if capacity.total_by_model != fresh.total_by_model:
             problems.append("total_by_model differs")
+        for (model, cloud), tier in capacity.tiers.items():
+            new_tier = fresh.tiers.get((model, cloud))
+            if new_tier is None or (tier.mask, tier.at) != (new_tier.mask, new_tier.at):
+                problems.append(f"tier of {model} ({'cloud' if cloud else 'on-prem'}) differs")
         expected = tally(running, fresh.model_of)
         if work.sums != expected.sums:
             problems.append("tally sums differ")

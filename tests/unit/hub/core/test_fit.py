@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hub.core.fit import _assignment
+from hub.core.capacity import Capacity
+from hub.core.fit import _assignment, _find_whole, build_sig, fresh_sig, sig_key, take
 from hub.core.model import Node, Plan, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy, Team
-from schemas import Assignment
+from schemas import Assignment, WorkloadSpec
 from tests.unit.hub.core.builders import (
     check_invariants,
     fleet,
@@ -19,6 +22,7 @@ from tests.unit.hub.core.builders import (
     spoke,
     why,
 )
+from tests.unit.hub.core.test_properties import fleets
 
 NOW = 10_000.0
 POLICY = Policy()
@@ -244,3 +248,39 @@ def test_assignments_are_built_as_pydantic_would_build_them() -> None:
         assert hash(fast) == hash(slow)
         assert fast.model_dump_json(exclude_unset=True) == slow.model_dump_json(exclude_unset=True)
         assert fast.model_dump_json() == slow.model_dump_json()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.data())
+def test_a_search_over_all_of_a_models_pools_finds_what_reading_every_pool_finds(
+    snapshot: Snapshot, data: st.DataObject
+) -> None:
+    """A signature with all of a model's pools looks up the best node in the model's tiers
+    (`Capacity.tiers`); reading each pool in rank order must give the same spot, also after
+    devices were taken and the plan's takes were put back."""
+    capacity = Capacity(snapshot)
+    capacity.begin()
+    for model in capacity.models:
+        for may_burst in (False, True):
+            spec = WorkloadSpec.model_validate(
+                {"name": "w", "team": "t", "command": ["x"], "gpu_models": [model]}
+            )
+            key = sig_key(spec, may_burst, "")
+            sig = build_sig(key, spec, capacity, may_burst, "t")
+            assert sig.ranked, "all of a model's pools: looked up in its tiers"
+            read = fresh_sig(sig)
+            read.ranked = {}  # the same pools, read one by one
+            for _ in range(data.draw(st.integers(0, 6))):
+                g = data.draw(st.sampled_from((1, 2, 4, 8)))
+                fit = _find_whole(sig, model, 0, g)
+                scanned = _find_whole(read, model, 0, g)
+                assert (fit and (fit.rank, fit.parts)) == (
+                    scanned and (scanned.rank, scanned.parts)
+                )
+                if fit is not None and data.draw(st.booleans()):
+                    take(fit)
+    capacity.rollback()
+    fresh = Capacity(snapshot)
+    assert {k: (t.mask, t.at) for k, t in capacity.tiers.items()} == {
+        k: (t.mask, t.at) for k, t in fresh.tiers.items()
+    }
