@@ -370,23 +370,31 @@ def _find_gang(sig: Sig, model: str, rank: int, nodes: int, g: int) -> Fit | Non
     groups = sig.by_spoke.get(model)
     if groups is None:
         groups = sig.by_spoke[model] = _by_spoke(sig.by_model.get(model, []))
+    ranked = sig.ranked.get(model)
+    fitting = None if ranked is None else _fitting_nodes(ranked, g)
+    if fitting is not None and not fitting:
+        return None
     for spoke_pools in groups:
         first = spoke_pools[0]
         if best is not None and first.cloud != best.rank[0]:
             break
-        count = 0  # nodes with g free or more, up to `nodes` (free_counts, inlined)
-        for pool in spoke_pools:
-            m = pool.mask >> g
-            k = g
-            while m:
-                if m & 1:
-                    count += len(pool.by_k[k])
-                m >>= 1
-                k += 1
-            if count >= nodes:
-                break
-        if count < nodes:
-            continue
+        if fitting is not None:
+            if fitting.get(first.spoke_id, 0) < nodes:
+                continue
+        else:
+            count = 0  # nodes with g free or more, up to `nodes` (free_counts, inlined)
+            for pool in spoke_pools:
+                m = pool.mask >> g
+                k = g
+                while m:
+                    if m & 1:
+                        count += len(pool.by_k[k])
+                    m >>= 1
+                    k += 1
+                if count >= nodes:
+                    break
+            if count < nodes:
+                continue
         chosen: list[tuple[int, Pool, int]] = []
         for k in sorted({k for pool in spoke_pools for k in free_counts(pool.mask, g)}):
             for pool in spoke_pools:
@@ -405,6 +413,23 @@ def _find_gang(sig: Sig, model: str, rank: int, nodes: int, g: int) -> Fit | Non
             if total == nodes * g:
                 break
     return best
+
+
+def _fitting_nodes(tiers: tuple[Tier, ...], g: int) -> dict[str, int]:
+    """Per spoke, its nodes with `g` or more wholly free devices, read from the model's tiers
+    (only pools that have such a node are looked at)."""
+    found: dict[str, int] = {}
+    for tier in tiers:
+        m = tier.mask >> g
+        k = g
+        while m:
+            if m & 1:
+                for pos in tier.at[k]:
+                    pool = tier.pools[pos]
+                    found[pool.spoke_id] = found.get(pool.spoke_id, 0) + len(pool.by_k[k])
+            m >>= 1
+            k += 1
+    return found
 
 
 def _by_spoke(pools: list[Pool]) -> list[list[Pool]]:

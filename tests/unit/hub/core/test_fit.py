@@ -7,7 +7,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hub.core.capacity import Capacity
-from hub.core.fit import _assignment, _find_whole, build_sig, fresh_sig, sig_key, take
+from hub.core.fit import (
+    _assignment,
+    _find_gang,
+    _find_whole,
+    build_sig,
+    fresh_sig,
+    sig_key,
+    take,
+)
 from hub.core.model import Node, Plan, Snapshot, Workload
 from hub.core.placement import plan
 from hub.core.policy import Policy, Team
@@ -255,9 +263,9 @@ def test_assignments_are_built_as_pydantic_would_build_them() -> None:
 def test_a_search_over_all_of_a_models_pools_finds_what_reading_every_pool_finds(
     snapshot: Snapshot, data: st.DataObject
 ) -> None:
-    """A signature with all of a model's pools looks up the best node in the model's tiers
-    (`Capacity.tiers`); reading each pool in rank order must give the same spot, also after
-    devices were taken and the plan's takes were put back."""
+    """A signature with all of a model's pools looks up the best node, or a gang's spokes, in
+    the model's tiers (`Capacity.tiers`); reading each pool in rank order must give the same
+    spot, also after devices were taken and the plan's takes were put back."""
     capacity = Capacity(snapshot)
     capacity.begin()
     for model in capacity.models:
@@ -265,15 +273,18 @@ def test_a_search_over_all_of_a_models_pools_finds_what_reading_every_pool_finds
             spec = WorkloadSpec.model_validate(
                 {"name": "w", "team": "t", "command": ["x"], "gpu_models": [model]}
             )
-            key = sig_key(spec, may_burst, "")
-            sig = build_sig(key, spec, capacity, may_burst, "t")
+            sig = build_sig(sig_key(spec, may_burst, ""), spec, capacity, may_burst, "t")
             assert sig.ranked, "all of a model's pools: looked up in its tiers"
             read = fresh_sig(sig)
             read.ranked = {}  # the same pools, read one by one
             for _ in range(data.draw(st.integers(0, 6))):
                 g = data.draw(st.sampled_from((1, 2, 4, 8)))
-                fit = _find_whole(sig, model, 0, g)
-                scanned = _find_whole(read, model, 0, g)
+                nodes = data.draw(st.sampled_from((1, 1, 2, 3)))
+                if nodes == 1:
+                    fit, scanned = _find_whole(sig, model, 0, g), _find_whole(read, model, 0, g)
+                else:
+                    fit = _find_gang(sig, model, 0, nodes, g)
+                    scanned = _find_gang(read, model, 0, nodes, g)
                 assert (fit and (fit.rank, fit.parts)) == (
                     scanned and (scanned.rank, scanned.parts)
                 )
