@@ -30,6 +30,9 @@ from hub.core.model import RunningWorkload
 from hub.core.policy import Policy, PriorityClass
 from hub.core.quotas import Ledger
 
+#: A holding beyond a guarantee: its place in victim order, the GPUs of it beyond, itself.
+_Part = tuple[tuple[int, float, str], float, Holding]
+
 
 class Tally:
     """Running work summed and grouped in one pass: the only pass over all of it."""
@@ -282,7 +285,8 @@ class Victims:
         return found
 
     def _department_cut(self, dept: str, members: list[str], model: str) -> Iterator[Holding]:
-        merged = merge(*(self._beyond_own(t, model) for t in members), key=_first_order)
+        # Orders differ between workloads, so the tuples compare by order alone.
+        merged = merge(*(self._beyond_own(t, model) for t in members))
         return _cut(merged, self._pool_beyond(dept, members, model))
 
     def beyond_guarantee(self, model: str) -> Iterator[tuple[str, float]]:
@@ -320,7 +324,7 @@ class Victims:
     def _all_borrowed(self, model: str) -> Iterator[Holding]:
         alone, departments = self._borrowers(model)
         streams: list[Iterator[Holding]] = [
-            (h for h, _ in self._beyond_own(t, model)) for t in alone
+            (h for _, _, h in self._beyond_own(t, model)) for t in alone
         ]
         cuts = self._departments.get(model)  # worked out already: read them again
         if cuts is not None:
@@ -335,7 +339,7 @@ class Victims:
         """GPUs the department's members run beyond their own guarantees and its pool."""
         return sum(self._over(t, model) for t in members) - self.ledger.pool(dept, model)
 
-    def _beyond_own(self, team: str, model: str) -> Iterator[tuple[Holding, float]]:
+    def _beyond_own(self, team: str, model: str) -> Iterator[_Part]:
         """The team's work beyond its own guarantee, victim order, with the GPUs beyond it."""
         over = self._over(team, model)
         counted = 0.0
@@ -343,7 +347,7 @@ class Victims:
             for h in self._sorted(team, model, name, cls):
                 if counted >= over - EPS:
                     return
-                yield h, min(h.amount, over - counted)
+                yield h.order, min(h.amount, over - counted), h
                 counted += h.amount
 
     def _sorted(self, team: str, model: str, name: str, cls: PriorityClass | None) -> list[Holding]:
@@ -361,18 +365,14 @@ class Victims:
         return found
 
 
-def _cut(parts: Iterable[tuple[Holding, float]], beyond: float) -> Iterator[Holding]:
+def _cut(parts: Iterable[_Part], beyond: float) -> Iterator[Holding]:
     """Holdings in order until their parts add up to `beyond` (a department pool's cut-off)."""
     counted = 0.0
-    for h, part in parts:
+    for _, part, h in parts:
         if counted >= beyond - EPS:
             return
         counted += part
         yield h
-
-
-def _first_order(e: tuple[Holding, float]) -> tuple[int, float, str]:
-    return e[0].order
 
 
 class _Replay:
