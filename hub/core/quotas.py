@@ -45,6 +45,10 @@ class Ledger:
         # (department, model) -> its teams, in a fixed order so float sums never vary
         self._members: dict[tuple[str, str], dict[str, None]] = {}
         self._models_of: dict[str, set[str]] = {}
+        # team -> its weight and, per model it uses, ((team, model), GPUs of the model, its own
+        # guarantee): what a share reads besides usage, until the team uses another model
+        self._share_terms: dict[str, tuple[float, list[tuple[tuple[str, str], float, float]]]]
+        self._share_terms = {}
         self._pools: dict[tuple[str, str], float] = {}
         # (model, department or None, team outside one or "") -> (team, class value) ->
         # guaranteed room, until an add() that changes it
@@ -91,7 +95,10 @@ class Ledger:
     ) -> None:
         key = (team, model)
         self.used[key] = self.used.get(key, 0.0) + amount
-        self._models_of.setdefault(team, set()).add(model)
+        models = self._models_of.setdefault(team, set())
+        if model not in models:
+            models.add(model)
+            self._share_terms.pop(team, None)
         if not self.limited:
             return
         if dept is not None:
@@ -191,19 +198,33 @@ class Ledger:
         cached = self._shares.get(team)
         if cached is not None:
             return cached
-        weight = self.policy.team(team).weight
+        terms = self._share_terms.get(team)
+        if terms is None:
+            terms = self._share_terms[team] = self._terms(team)
+        weight, parts = terms
+        used_of = self.used
         above = 0.0
         total = 0.0
-        for model in self._models_of.get(team, ()):
-            cap = self.totals.get(model, 0.0)
-            if cap <= 0:
-                continue
-            used = self.used.get((team, model), 0.0)
-            guaranteed = self._own(team, model).guaranteed if self.limited else 0.0
-            above = max(above, (used - guaranteed) / cap)
-            total = max(total, used / cap)
+        for pair, cap, guaranteed in parts:  # max() of each, without the calls
+            used = used_of.get(pair, 0.0)
+            part = (used - guaranteed) / cap
+            if part > above:
+                above = part
+            part = used / cap
+            if part > total:
+                total = part
         found = self._shares[team] = (above / weight, total / weight)
         return found
+
+    def _terms(self, team: str) -> tuple[float, list[tuple[tuple[str, str], float, float]]]:
+        """What `share` reads of the team besides its usage (see `_share_terms`)."""
+        parts = []
+        for model in self._models_of.get(team, ()):
+            cap = self.totals.get(model, 0.0)
+            if cap > 0:
+                guaranteed = self._own(team, model).guaranteed if self.limited else 0.0
+                parts.append(((team, model), cap, guaranteed))
+        return self.policy.team(team).weight, parts
 
     def has_below(self, team: str, model: str, value: int) -> bool:
         """Whether the team holds `model` GPUs at a priority below `value` (not stopping)."""
