@@ -14,7 +14,6 @@ preferred regions/labels, then price, then spoke id.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from hub.core.capacity import EPS, Capacity, Pool, Tier
 from schemas import Assignment, WorkloadSpec
@@ -58,16 +57,30 @@ class Sig:
         self.eligible = False  # any pool at all
 
 
-@dataclass(frozen=True, slots=True)
 class Fit:
-    """A spot for one workload: nodes of one spoke, and a rank to compare spots by."""
+    """A spot for one workload: nodes of one spoke, and a rank to compare spots by.
 
-    rank: tuple[object, ...]
-    spoke_id: str
-    parts: tuple[tuple[Pool, int], ...]  # (pool, node index) per node used
-    gpus: int  # whole GPUs per node (0 for a fraction)
-    fraction: float | None = None
-    device: int | None = None  # the shared device a fraction goes on (None: a free one)
+    Read only once made. A plain class, not a frozen dataclass: a plan makes one for every
+    spot it finds (about 200 a cycle in bench/placement.py), and a frozen dataclass sets each
+    field through `object.__setattr__`."""
+
+    __slots__ = ("device", "fraction", "gpus", "parts", "rank", "spoke_id")
+
+    def __init__(
+        self,
+        rank: tuple[object, ...],
+        spoke_id: str,
+        parts: tuple[tuple[Pool, int], ...],
+        gpus: int,
+        fraction: float | None = None,
+        device: int | None = None,
+    ) -> None:
+        self.rank = rank
+        self.spoke_id = spoke_id
+        self.parts = parts  # (pool, node index) per node used
+        self.gpus = gpus  # whole GPUs per node (0 for a fraction)
+        self.fraction = fraction
+        self.device = device  # the shared device a fraction goes on (None: a free one)
 
 
 def capability_needs(
