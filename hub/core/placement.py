@@ -224,7 +224,7 @@ class _Planner:
                 unplaced.append(prev)
                 continue
             gen, count = self.gen, len(unplaced)
-            self._decide(workload, cls)
+            self._decide(workload, cls, info)
             if self.gen == gen and len(unplaced) > count:
                 last = unplaced[-1]
                 if not last.waiting_for:
@@ -243,13 +243,16 @@ class _Planner:
             unplaced=tuple(self.unplaced),
         )
 
-    def _decide(self, workload: Workload, cls: PriorityClass) -> None:
+    def _decide(self, workload: Workload, cls: PriorityClass, info: SpecInfo | None = None) -> None:
+        """Place, preempt for or explain one workload (`info`: its spec's, when known)."""
         spec = workload.spec
+        if info is None:
+            info = self._spec(spec)
         team = self.policy.team(spec.team)
         reserved_key = spec.team if self.capacity.has_reserved else ""
         avoid = workload.avoid_spokes
         needs = capability_needs(spec, avoid, self.capacity)
-        key = sig_key(spec, team.may_burst, reserved_key, needs, self._spec(spec).akey)
+        key = sig_key(spec, team.may_burst, reserved_key, needs, info.akey)
         sig = self.sigs.get(key)
         if sig is None:
             sig = self.sigs[key] = self._sig(key, spec, team.may_burst, avoid)
@@ -289,7 +292,6 @@ class _Planner:
             block = blocked[0][2]
             self.unplaced.append(Unplaced(workload.id, block.reason, block.message))
             return
-        info = self._spec(spec)
         if info.no_room is None:
             info.no_room = explain.no_room(spec)
         reason, message = info.no_room
