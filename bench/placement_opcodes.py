@@ -4,7 +4,9 @@ These machines run the same code 1.5-2x slower on some hours than on others, and
 time wanders by a tenth between two runs a minute apart: a change worth a few per cent cannot
 be seen in `incremental_cycle_ms_*`. The number of Python opcodes the kept placement state
 executes is the same on every run of one commit (the bench's world comes from a seeded
-random generator; `sys.settrace` with opcode events counts them, so the run is ~10x slower).
+random generator, and the script runs itself again under PYTHONHASHSEED=0 so that sets of
+names iterate in one order; `sys.settrace` with opcode events counts them, so the run is
+~10x slower).
 It does not weigh C work (dict lookups, sorting, allocation) or a Python call's overhead, so
 it ranks changes to the Python of the core, not their exact worth in time. Prints one JSON
 object:
@@ -23,6 +25,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 from types import FrameType
 from typing import Any
@@ -38,6 +41,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    if os.environ.get("PYTHONHASHSEED") != "0":  # string hashes, and so set orders, fixed
+        os.execve(
+            sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"}
+        )
     counts: list[int] = []
     count = 0
 
