@@ -172,10 +172,11 @@ class Ledger:
         own = self._own(team, model).guaranteed
         left = max(0.0, own - self._at_or_above(team, model, value))
         if dept is not None:
-            overflow = sum(
-                max(0.0, self._at_or_above(t, model, value) - self._own(t, model).guaranteed)
-                for t in self._members.get((dept, model), ())
-            )
+            overflow = 0.0  # sum() of max(0.0, ...) per member, in the members' order
+            for t in self._members.get((dept, model), ()):
+                over = self._at_or_above(t, model, value) - self._own(t, model).guaranteed
+                if over > 0.0:
+                    overflow += over
             left += max(0.0, self._pool(dept, model) - overflow)
         rooms[(team, value)] = left
         self._room_bounds[(team, model, value)] = left
@@ -238,10 +239,13 @@ class Ledger:
         return total > self._own(team, model).guaranteed + EPS
 
     def _at_or_above(self, team: str, model: str, value: int) -> float:
+        total = 0.0  # sum() over a generator, without one: rooms read this per member
         levels = self.filled.get((team, model))
-        if not levels:
-            return 0.0
-        return sum(amount for v, amount in levels.items() if v >= value)
+        if levels:
+            for v, amount in levels.items():
+                if v >= value:
+                    total += amount
+        return total
 
     def guaranteed(self, team: str, model: str) -> float:
         """The team's own guarantee of `model` GPUs (0 without quotas)."""
