@@ -35,7 +35,7 @@ class Sig:
         "miss",
         "pool_ids",
         "ranked",
-        "tiers",
+        "split",
     )
 
     def __init__(self, key: SigKey) -> None:
@@ -44,9 +44,9 @@ class Sig:
         self.pool_ids: dict[str, set[int]] = {}
         # model -> eligible pools per spoke (`_by_spoke`), made when a gang first looks
         self.by_spoke: dict[str, list[list[Pool]]] = {}
-        # model -> its eligible on-prem pools, then its cloud ones (`_tiers`), made when a
-        # single node's shape first looks
-        self.tiers: dict[str, tuple[list[Pool], list[Pool]]] = {}
+        # model -> its eligible on-prem pools, then its cloud ones (`_split`), made when a
+        # single node's shape first reads them
+        self.split: dict[str, tuple[list[Pool], list[Pool]]] = {}
         # model -> its on-prem and (when it may burst) cloud `Tier`, when its pools are all of
         # the model's (no affinity, reservation or runtime narrows them)
         self.ranked: dict[str, tuple[Tier, ...]] = {}
@@ -191,7 +191,7 @@ def fresh_sig(static: Sig) -> Sig:
     sig = Sig(static.key)
     sig.by_model = static.by_model
     sig.by_spoke = static.by_spoke
-    sig.tiers = static.tiers
+    sig.split = static.split
     sig.ranked = static.ranked
     sig.pool_ids = static.pool_ids
     sig.miss = static.miss
@@ -299,10 +299,10 @@ def _find_whole(sig: Sig, model: str, rank: int, g: int) -> Fit | None:
                 k = g + (m & -m).bit_length() - 1
                 return _whole_fit(sig, tier.pools[min(tier.at[k])], k, rank, g)
         return None
-    tiers = sig.tiers.get(model)
-    if tiers is None:
-        tiers = sig.tiers[model] = _tiers(sig.by_model.get(model, []))
-    for pools in tiers:
+    split = sig.split.get(model)
+    if split is None:
+        split = sig.split[model] = _split(sig.by_model.get(model, []))
+    for pools in split:
         best: Pool | None = None
         best_k = 1 << 30
         for pool in pools:
@@ -325,7 +325,7 @@ def _whole_fit(sig: Sig, pool: Pool, k: int, rank: int, g: int) -> Fit:
     return Fit(rank_key, pool.spoke_id, ((pool, i),), g)
 
 
-def _tiers(pools: list[Pool]) -> tuple[list[Pool], list[Pool]]:
+def _split(pools: list[Pool]) -> tuple[list[Pool], list[Pool]]:
     """Eligible pools (on-prem first, `Capacity.view`) split into on-prem and cloud."""
     return [p for p in pools if not p.cloud], [p for p in pools if p.cloud]
 
