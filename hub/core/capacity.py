@@ -191,12 +191,8 @@ class Tier:
         self.mask = 0
         for pos, pool in enumerate(pools):
             pool.tier, pool.tier_pos = self, pos
-            m, k = pool.mask, 0
-            while m:
-                if m & 1:
-                    self.set(pos, k)
-                m >>= 1
-                k += 1
+            for k in pool.by_k:  # the counts its mask has
+                self.set(pos, k)
 
     def set(self, pos: int, k: int) -> None:
         found = self.at.get(k)

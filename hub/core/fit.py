@@ -433,15 +433,10 @@ def _fitting_nodes(tiers: tuple[Tier, ...], g: int) -> dict[str, int]:
     (only pools that have such a node are looked at)."""
     found: dict[str, int] = {}
     for tier in tiers:
-        m = tier.mask >> g
-        k = g
-        while m:
-            if m & 1:
-                for pos in tier.at[k]:
-                    pool = tier.pools[pos]
-                    found[pool.spoke_id] = found.get(pool.spoke_id, 0) + len(pool.by_k[k])
-            m >>= 1
-            k += 1
+        for k in free_counts(tier.mask, g):
+            for pos in tier.at[k]:
+                pool = tier.pools[pos]
+                found[pool.spoke_id] = found.get(pool.spoke_id, 0) + len(pool.by_k[k])
     return found
 
 
