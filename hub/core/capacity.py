@@ -164,13 +164,13 @@ class Pool:
                 if self.tier is not None:
                     self.tier.clear(self.tier_pos, old)
         if new > 0:
-            bucket = self.by_k.get(new)  # type: ignore[assignment]
-            if bucket is None:
-                bucket = self.by_k[new] = set()
+            into = self.by_k.get(new)
+            if into is None:
+                into = self.by_k[new] = set()
                 self.mask |= 1 << new
                 if self.tier is not None:
                     self.tier.set(self.tier_pos, new)
-            bucket.add(i)
+            into.add(i)
 
 
 class Tier:
