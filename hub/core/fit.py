@@ -395,15 +395,10 @@ def _find_gang(sig: Sig, model: str, rank: int, nodes: int, g: int) -> Fit | Non
             if fitting.get(first.spoke_id, 0) < nodes:
                 continue
         else:
-            count = 0  # nodes with g free or more, up to `nodes` (free_counts, inlined)
+            count = 0  # nodes with g free or more, up to `nodes`
             for pool in spoke_pools:
-                m = pool.mask >> g
-                k = g
-                while m:
-                    if m & 1:
-                        count += len(pool.by_k[k])
-                    m >>= 1
-                    k += 1
+                for k in free_counts(pool.mask, g):
+                    count += len(pool.by_k[k])
                 if count >= nodes:
                     break
             if count < nodes:
