@@ -66,6 +66,8 @@ class Cycle:
         # What started, ended or began stopping since the last plan: its running view now
         # (None: it holds no devices), for the kept placement state to look at only those.
         self._moved: dict[str, RunningWorkload | None] = {}
+        # Likewise what joined, left or changed in the queue: its pending view now (or None).
+        self._queued: dict[str, Workload | None] = {}
 
     async def run(self, taken: Taken | None = None) -> Plan:
         """One cycle: place what fits, preempt what must make room, publish demand.
@@ -119,7 +121,8 @@ class Cycle:
         snapshot = self._snapshot(now, active)
         self._check(snapshot, running)
         moved, self._moved = self._moved, {}
-        result = self.placement.plan(snapshot, pending, running, policy, now, moved)
+        queued, self._queued = self._queued, {}
+        result = self.placement.plan(snapshot, pending, running, policy, now, moved, queued)
         undo = _Undo(state)
         changed, decisions = self._apply(result, now, undo)
         # The plan lists what it left out in the order it looked at them: the queue order.
@@ -215,6 +218,7 @@ class Cycle:
         """Forget every view: each record is made again, and tells these records again."""
         self._records = records
         self._pending, self._running, self._made, self._moved = {}, {}, {}, {}
+        self._queued = {}
         for w in records.values():
             w.watch(records.moved)
         records.moved.update(records)
@@ -223,7 +227,8 @@ class Cycle:
     def _view_moved(self, records: Records, moved: set[str]) -> None:
         claims = self.state.claims
         for wid in sorted(moved):  # in a fixed order: the same plans from the same history
-            self._pending.pop(wid, None)
+            if self._pending.pop(wid, None) is not None:
+                self._queued[wid] = None
             was = self._running.pop(wid, None)
             w = records.get(wid)
             if w is None:
@@ -234,7 +239,7 @@ class Cycle:
             claimed = wid in claims
             self._made[wid] = _made_of(w, claimed)
             if w.phase == Phase.QUEUED:
-                self._pending[wid] = Workload(
+                self._pending[wid] = self._queued[wid] = Workload(
                     w.id,
                     w.spec,
                     w.submitted_at,

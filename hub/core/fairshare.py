@@ -16,8 +16,8 @@ that already ran long, which does not age until the starvation guard puts it bac
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import chain, islice
 
 from hub.core.model import Workload
 from hub.core.ordering import pending_level
@@ -37,19 +37,40 @@ def queue_priority(cls: PriorityClass, waited: float, policy: Policy) -> int:
     return min(cap, cls.value + aging.step * int(waited // aging.interval_s))
 
 
+def with_classes(
+    pending: Sequence[Workload], classes: Mapping[str, PriorityClass]
+) -> tuple[list[tuple[Workload, PriorityClass]], list[Workload]]:
+    """Each workload with its class (`classes`: by name), and those of an unknown class,
+    oldest first."""
+    entries: list[tuple[Workload, PriorityClass]] = []
+    unknown: list[Workload] = []
+    for workload in pending:
+        cls = classes.get(workload.spec.priority_class)
+        if cls is None:
+            unknown.append(workload)
+        else:
+            entries.append((workload, cls))
+    return entries, oldest_first(unknown)
+
+
+def oldest_first(workloads: Iterable[Workload]) -> list[Workload]:
+    """By age, then id: how workloads the queue cannot rank are listed."""
+    return sorted(workloads, key=lambda w: (w.submitted_at, w.id))
+
+
 def queue_order(
     entries: Sequence[tuple[Workload, PriorityClass]],
     policy: Policy,
     now: float,
     share_of: ShareOf,
 ) -> Iterator[Entry]:
-    """Yield workloads in the order they get a go; `share_of` is re-read between yields.
+    """The workloads in the order they get a go; `share_of` is re-read between them.
 
     Each comes as (submitted_at, id, n, workload, class), `n` its place in `entries`.
     Workloads that claim devices freed for them by preemption go before everything else.
     """
     # Entries sort as tuples: by age, then id, then place (a stable sort by age and id).
-    yield from sorted(
+    claims = sorted(
         (w.submitted_at, w.id, n, w, cls) for n, (w, cls) in enumerate(entries) if w.claims_freed
     )
     bands: dict[int, dict[str, list[Entry]]] = {}
@@ -78,38 +99,76 @@ def queue_order(
             last = (band, team)
             last_queue = bands.setdefault(band, {}).setdefault(team, [])
         last_queue.append((workload.submitted_at, workload.id, n, workload, cls))
-    for band in sorted(bands, reverse=True):
-        queues = bands[band]
-        levels: dict[str, list[int]] = {}  # team -> its queue's levels (ordering las)
-        heap: list[tuple[int, tuple[float, float], float, str, str, int]] = []
-        for team, queue in queues.items():
-            if las:
+    for queues in bands.values():
+        if las:
+            for queue in queues.values():
                 queue.sort(key=lambda e: (level_of.get(e[1], 0), e[0], e[1], e[2]))
-                levels[team] = [level_of.get(e[1], 0) for e in queue]
-            else:
+        else:
+            for queue in queues.values():
                 queue.sort()
-            head = queue[0]
-            level = levels[team][0] if las else 0
-            heap.append((level, share_of(team), head[0], head[1], team, 0))
-        heapq.heapify(heap)
-        while heap:
-            _, _, _, _, team, at = heapq.heappop(heap)
-            queue = queues[team]
-            if not heap:  # no other team in this band: the rest of this one, in order
-                yield from islice(queue, at, None)
+    if not las:
+        return chain(claims, by_band(bands, share_of))
+    levels = {
+        band: {team: [level_of.get(e[1], 0) for e in queue] for team, queue in queues.items()}
+        for band, queues in bands.items()
+    }
+    return chain(claims, by_band(bands, share_of, levels))
+
+
+def by_band(
+    bands: dict[int, dict[str, list[Entry]]],
+    share_of: ShareOf,
+    levels: dict[int, dict[str, list[int]]] | None = None,
+) -> Iterator[Entry]:
+    """Bands' queues (each team's in order) highest band first, each band's interleaved."""
+    return chain.from_iterable(
+        interleave(bands[band], share_of, levels[band] if levels is not None else None)
+        for band in sorted(bands, reverse=True)
+    )
+
+
+def interleave(
+    queues: dict[str, list[Entry]],
+    share_of: ShareOf,
+    levels: dict[str, list[int]] | None = None,
+) -> Iterator[Entry]:
+    """One band's teams' queues (each in order, none empty) as one: the team with the lowest
+    level (`levels`, ordering las), then the smallest share, then the oldest head goes next.
+    Shares are read when the band is reached, and again between its entries."""
+    if len(queues) == 1:  # one team: its queue as it is (no share to compare)
+        return iter(next(iter(queues.values())))
+    return _interleaved(queues, share_of, levels)
+
+
+def _interleaved(
+    queues: dict[str, list[Entry]],
+    share_of: ShareOf,
+    levels: dict[str, list[int]] | None,
+) -> Iterator[Entry]:
+    heap: list[tuple[int, tuple[float, float], float, str, str, int]] = []
+    for team, queue in queues.items():
+        head = queue[0]
+        level = levels[team][0] if levels is not None else 0
+        heap.append((level, share_of(team), head[0], head[1], team, 0))
+    heapq.heapify(heap)
+    while heap:
+        _, _, _, _, team, at = heapq.heappop(heap)
+        queue = queues[team]
+        if not heap:  # no other team in this band: the rest of this one, in order
+            yield from islice(queue, at, None)
+            return
+        size = len(queue)
+        while True:  # the same team goes on while it stays first (no heap round trip)
+            yield queue[at]
+            at += 1
+            if at == size:
                 break
-            size = len(queue)
-            while True:  # the same team goes on while it stays first (no heap round trip)
-                yield queue[at]
-                at += 1
-                if at == size:
-                    break
-                head = queue[at]
-                level = levels[team][at] if las else 0
-                entry = (level, share_of(team), head[0], head[1], team, at)
-                if heap[0] < entry:
-                    heapq.heappush(heap, entry)
-                    break
+            head = queue[at]
+            level = levels[team][at] if levels is not None else 0
+            entry = (level, share_of(team), head[0], head[1], team, at)
+            if heap[0] < entry:
+                heapq.heappush(heap, entry)
+                break
 
 
 Entry = tuple[float, str, int, Workload, PriorityClass]

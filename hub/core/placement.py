@@ -19,12 +19,12 @@ was preempted for, so the answer would be the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from hub.core import explain
 from hub.core.capacity import EPS, Capacity
 from hub.core.consolidate import consolidate
-from hub.core.fairshare import queue_order
+from hub.core.fairshare import Entry, queue_order, with_classes
 from hub.core.fit import (
     Fit,
     Sig,
@@ -49,6 +49,7 @@ from hub.core.model import (
     Workload,
 )
 from hub.core.ordering import las_victims, pending_level, rescue_level
+from hub.core.pendingorder import KeptQueue
 from hub.core.policy import Policy, PriorityClass, Team
 from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
@@ -83,25 +84,28 @@ def plan_on(
     policy: Policy,
     now: float,
     kept: Kept | None = None,
+    told: Mapping[str, Workload | None] | None = None,
 ) -> Plan:
     """`plan()` on a fleet and a tally of `running` built already (and changed by the plan).
 
     `kept`: what depends only on the fleet's make-up (not its free devices), carried from
-    earlier plans on the same `capacity`.
+    earlier plans on the same `capacity`, with the pending queue in order. `told`: what
+    changed in `pending` since the last plan with `kept` (`KeptQueue.sync`).
     """
-    return _Planner(capacity, work, running, policy, now, kept).run(pending)
+    return _Planner(capacity, work, running, policy, now, kept).run(pending, told)
 
 
 class Kept:
     """Per signature, its pools; per signature and shape, why it never fits; running work in
-    victim order (`hub.core.victims.KeptOrder`).
+    victim order (`hub.core.victims.KeptOrder`); the pending queue in order.
 
     Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
     """
 
-    __slots__ = ("kinds", "never", "order", "sigs", "specs", "unplaced")
+    __slots__ = ("kinds", "never", "order", "queue", "sigs", "specs", "unplaced")
 
     def __init__(self) -> None:
+        self.queue = KeptQueue()
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
         self.order = KeptOrder()
@@ -172,25 +176,36 @@ class _Planner:
             if r.preempted_for is not None
         }
 
-    def run(self, pending: Sequence[Workload]) -> Plan:
-        entries: list[tuple[Workload, PriorityClass]] = []
+    def run(
+        self, pending: Sequence[Workload], told: Mapping[str, Workload | None] | None = None
+    ) -> Plan:
         # policy.priority_class, as a dict (the first of a name, as it answers)
         classes = {c.name: c for c in reversed(self.policy.classes)}
-        for workload in pending:
-            cls = classes.get(workload.spec.priority_class)
-            if cls is None:
-                why = explain.unknown_class(workload.spec.priority_class)
-                self.unplaced.append(Unplaced(workload.id, *why))
-            else:
-                entries.append((workload, cls))
         earmarked = self.earmarked
-        if earmarked:  # only these are ever asked about (`Victims.may_wait_on`)
-            self.undecided.update(w.id for w, _ in entries if w.id in earmarked)
+        queue = self.kept.queue if self.kept is not None else None
+        if queue is not None and (
+            self.policy.ordering.mode == "las" or not queue.sync(pending, classes, told)
+        ):
+            queue.clear()  # levels change with time, or an id repeats: ordered afresh
+            queue = None
+        order: Iterator[Entry]
+        if queue is not None:
+            unknown = queue.unknown()
+            if earmarked:  # only these are ever asked about (`Victims.may_wait_on`)
+                self.undecided.update(wid for wid in earmarked if queue.has(wid))
+            order = queue.order(self.policy, self.now, self.ledger.share)
+        else:
+            entries, unknown = with_classes(pending, classes)
+            if earmarked:
+                self.undecided.update(w.id for w, _ in entries if w.id in earmarked)
+            order = queue_order(entries, self.policy, self.now, self.ledger.share)
+        for workload in unknown:  # first, oldest first
+            why = explain.unknown_class(workload.spec.priority_class)
+            self.unplaced.append(Unplaced(workload.id, *why))
         failed = self.failed
         specs = self.specs
         unplaced = self.unplaced
         last_plan = self.kept.unplaced if self.kept is not None else {}
-        order = queue_order(entries, self.policy, self.now, self.ledger.share)
         for _, wid, _, workload, cls in order:
             if wid in earmarked or workload.claims_freed:
                 self.undecided.discard(wid)

@@ -26,7 +26,9 @@ arguments as `hub.core.placement.plan` and returns the same plan:
 - **Across plans** the pools of each workload signature, the reasons a shape never fits and
   running work in victim order (`hub.core.placement.Kept`) stay while the fleet's make-up
   does; work that starts or ends is noted against its class's victim order, and filed in
-  when a plan next reads that class (`hub.core.holdings.KeptOrder`).
+  when a plan next reads that class (`hub.core.holdings.KeptOrder`). The pending queue stays
+  sorted, and only what was queued, placed or changed since is filed in or taken out
+  (`hub.core.pendingorder.KeptQueue`; `queued`, as `hub.cycle` tells it).
 
 `verify()` compares the kept state with one set up from scratch; the hub runs it now and then
 and starts afresh when it finds a difference (`hub.cycle`). Pure: no clock, no I/O.
@@ -66,7 +68,8 @@ class PlanState:
         self._dirty: set[_Key] = set()
         self._odd = 0  # running amounts that are not exact in any order
         self.rebuilds = 0  # times the fleet was set up from scratch (for tests and metrics)
-        self.untold = 0  # times the caller's `moved` missed something (`running` read through)
+        # times the caller's `moved` or `queued` missed something (read through instead)
+        self.untold = 0
         self._policy: Policy | None = None  # the last plan's (for running work's classes)
 
     def plan(
@@ -77,25 +80,30 @@ class PlanState:
         policy: Policy,
         now: float,
         moved: Mapping[str, RunningWorkload | None] | None = None,
+        queued: Mapping[str, Workload | None] | None = None,
     ) -> Plan:
         """The plan `hub.core.placement.plan` gives for these arguments.
 
         `moved`: what the caller knows changed in `running` since its last plan here: for
         each workload that started, ended, began stopping or was replaced, its entry in
         `running` now (None: it is not there). Only those are looked at then, not all of
-        `running`; without it, `running` is read through.
+        `running`; without it, `running` is read through. `queued`: the same for `pending`
+        (`hub.core.pendingorder.KeptQueue`).
         """
         self._policy = policy
         capacity = self._sync(snapshot, running, moved)
         work = self._current_tally(running, capacity)
         capacity.begin()
+        queue = self._kept.queue
+        missed = queue.untold
         try:
-            return plan_on(capacity, work, pending, running, policy, now, self._kept)
+            return plan_on(capacity, work, pending, running, policy, now, self._kept, queued)
         except BaseException:
             self.reset()  # the roll back below may not undo a half-done change: start afresh
             raise
         finally:
             capacity.rollback()
+            self.untold += queue.untold - missed
 
     def reset(self) -> None:
         """Forget everything: the next plan sets up from its snapshot (start, takeover)."""

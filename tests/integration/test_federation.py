@@ -63,7 +63,8 @@ async def test_fifty_workloads_run_on_the_gpus_they_asked_for(
         runs.sort()
         for (_b1, end1, w1), (begin2, _e2, w2) in itertools.pairwise(runs):
             assert begin2 >= end1, f"{device} given to {w1} and {w2} at once"
-    # Each cycle told the kept placement state every start and end since the last plan.
+    # Each cycle told the kept placement state every start, end and change to the queue
+    # since the last plan.
     assert fed.hub is not None and fed.hub.cycle.placement.untold == 0
 
 

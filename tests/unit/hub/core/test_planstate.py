@@ -5,8 +5,8 @@ whose preemptions begin stopping), ends, stops, capacity changes (a device taken
 hub, a spoke that stops accepting work, a node cordoned) and policy changes; after every step
 the kept state's plan must equal the from-scratch plan (placements, preemptions, reasons, in
 the same order) and its state must equal one set up from scratch. A second kept state is told
-only what moved among the running work since its last plan, as the hub's cycle tells it, and
-must plan the same.
+only what moved among the running work and what changed in the queue since its last plan, as
+the hub's cycle tells it, and must plan the same.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ class World:
     views: dict[tuple[object, ...], tuple[Node, Node]] = field(default_factory=dict)
     # Running work that started, ended or began stopping since the last cycle (None: ended).
     moved: dict[str, RunningWorkload | None] = field(default_factory=dict)
+    # Pending work queued, placed or changed since the last cycle (None: no longer pending).
+    queued: dict[str, Workload | None] = field(default_factory=dict)
+
+    def queue(self, w: Workload) -> None:
+        self.pending[w.id] = self.queued[w.id] = w
 
     def snapshot(self) -> Snapshot:
         taken: dict[tuple[str, str], list[Assignment]] = {}
@@ -82,6 +87,7 @@ class World:
     def apply(self, result: Plan) -> None:
         for p in result.placements:
             w = self.pending.pop(p.workload_id)
+            self.queued[w.id] = None
             self.running[w.id] = self.moved[w.id] = RunningWorkload(
                 w.id, w.spec, p.spoke_id, p.assignments, self.now, attained_gpu_s=w.attained_gpu_s
             )
@@ -103,11 +109,13 @@ def step(world: World, state: PlanState, told: PlanState, data: st.DataObject) -
         for _ in range(data.draw(st.integers(1, 8))):
             world.serial += 1
             wid = f"w{world.serial}"
-            world.pending[wid] = Workload(
-                wid,
-                spec(**data.draw(shapes())),
-                world.now - data.draw(st.sampled_from((0.0, 100.0, 5000.0))),
-                attained_gpu_s=data.draw(st.sampled_from((0.0, 0.0, 30.0, 5000.0))),
+            world.queue(
+                Workload(
+                    wid,
+                    spec(**data.draw(shapes())),
+                    world.now - data.draw(st.sampled_from((0.0, 100.0, 5000.0, 1800.0))),
+                    attained_gpu_s=data.draw(st.sampled_from((0.0, 0.0, 30.0, 5000.0))),
+                )
             )
     elif kind == "cycle":
         world.apply(check(world, state, told))
@@ -116,10 +124,9 @@ def step(world: World, state: PlanState, told: PlanState, data: st.DataObject) -
     elif kind == "stop":  # stopping work ends, and comes back to the queue
         for r in [r for r in world.running.values() if r.preempting]:
             world.end(r.id)
-            world.pending[r.id] = Workload(r.id, r.spec, r.started_at, attained_gpu_s=100.0)
+            world.queue(Workload(r.id, r.spec, r.started_at, attained_gpu_s=100.0))
             if r.preempted_for in world.pending:
-                claimant = world.pending[r.preempted_for]
-                world.pending[claimant.id] = replace(claimant, claims_freed=True)
+                world.queue(replace(world.pending[r.preempted_for], claims_freed=True))
     elif kind == "capacity":
         world.base = change_fleet(world, data)
     elif kind == "policy":
@@ -158,7 +165,9 @@ def check(world: World, state: PlanState, told: PlanState | None = None) -> Plan
     assert state.verify(snapshot, running) == []
     if told is not None:  # never verified between plans: that would read `running` through
         moved, world.moved = world.moved, {}
-        assert told.plan(snapshot, pending, running, world.policy, world.now, moved) == expected
+        queued, world.queued = world.queued, {}
+        result = told.plan(snapshot, pending, running, world.policy, world.now, moved, queued)
+        assert result == expected
     return expected
 
 
