@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -34,6 +35,9 @@ DEMAND_EVERY_S = 2.0
 #: While work waits, demand is worked out at most this often: it walks every pending workload,
 #: a tenth of the hub's CPU with 10,000 queued, and burst acts on it in seconds at the least.
 DEMAND_AT_MOST_EVERY_S = 0.5
+#: ... and no more than this share of the hub's CPU: after a report that cost C seconds of the
+#: event loop's CPU, the next waits at least C / DEMAND_CPU_SHARE (at most DEMAND_EVERY_S).
+DEMAND_CPU_SHARE = 0.05
 #: A published decision is marked in the store's next write; when none comes within this
 #: long, in a write of its own. (Far inside the bus's duplicate window: a mark lost to a crash
 #: only means the command is sent again under the same id, and the bus drops the copy.)
@@ -89,12 +93,16 @@ def _message(
 class Publisher:
     """Sends saved decisions and the demand report on the bus."""
 
-    def __init__(self, state: HubState, bus: Bus) -> None:
+    def __init__(
+        self, state: HubState, bus: Bus, cpu_clock: Callable[[], float] = time.thread_time
+    ) -> None:
         self.state = state
         self.bus = bus
         self.demand = DemandReport(sent_at=0.0, seq=0)
         self._demand_published_at = 0.0
         self._demand_worked_out_at = -DEMAND_AT_MOST_EVERY_S
+        self._demand_gap = DEMAND_AT_MOST_EVERY_S  # from the last report's cost
+        self._cpu_clock = cpu_clock
         self._marker: asyncio.Task[None] | None = None
 
     async def publish(self, decisions: Sequence[DecisionRecord]) -> None:
@@ -164,13 +172,15 @@ class Publisher:
 
     async def publish_demand(self, result: Plan, pending: Sequence[Workload], now: float) -> None:
         """Tell burst what no spoke can serve: when it changes (seen at most every 0.5 s while
-        work waits, at once when none does), and at least every 2 s. `pending`: the plan's
+        work waits, less often when working it out costs more than DEMAND_CPU_SHARE of the
+        hub's CPU; at once when none waits), and at least every 2 s. `pending`: the plan's
         queue (keyed by id only when the demand is worked out, not every cycle)."""
-        if result.unplaced and now - self._demand_worked_out_at < DEMAND_AT_MOST_EVERY_S:
+        if result.unplaced and now - self._demand_worked_out_at < self._demand_gap:
             return
         if not result.unplaced and not self.demand.items and not self._demand_due(now):
             return  # nothing waits, and burst was told so less than DEMAND_EVERY_S ago
         self._demand_worked_out_at = now
+        cpu = self._cpu_clock()
         report = unplaceable_demand(
             result.unplaced,
             {w.id: w for w in pending},
@@ -178,6 +188,8 @@ class Publisher:
             now,
             self.demand.seq + 1,
         ).model_copy(update={"term": self.state.term})
+        cost = self._cpu_clock() - cpu
+        self._demand_gap = min(DEMAND_EVERY_S, max(DEMAND_AT_MOST_EVERY_S, cost / DEMAND_CPU_SHARE))
         if self.state.burst_budget is not None:
             report = report.model_copy(update={"budget": self.state.burst_budget})
         if report.items == self.demand.items and not self._demand_due(now):
