@@ -20,6 +20,7 @@ was preempted for, so the answer would be the same.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 
 from hub.core import explain
 from hub.core.capacity import EPS, Capacity
@@ -56,6 +57,8 @@ from hub.core.quotas import Block, Ledger
 from hub.core.reserve import hold, oldest_starts
 from hub.core.victims import Tally, Victims, tally
 from schemas import WorkloadSpec
+
+_WORKLOAD_ID = attrgetter("workload_id")
 
 
 def plan(
@@ -245,7 +248,7 @@ class _Planner:
                 if not last.waiting_for:
                     failed[key] = (gen, last)
         if self.kept is not None:
-            self.kept.unplaced = {u.workload_id: u for u in unplaced}
+            self.kept.unplaced = dict(zip(map(_WORKLOAD_ID, unplaced), unplaced, strict=True))
             if len(specs) > 2 * len(pending) + 1024:  # forget the specs no longer queued
                 queued = {id(w.spec) for w in pending}
                 self.kept.specs = {k: v for k, v in specs.items() if k in queued}
