@@ -7,10 +7,10 @@ or changed since then move. `KeptQueue` keeps each team's and class's pending wo
 queue entries sorted by age and id, and files in and takes out only those that changed:
 
 - **Bands.** A team's list of one class splits into aging bands where its aged priority
-  drops. The aged priority never rises with age's opposite (a younger workload never ranks
-  above an older one of its class), so the split points are found by bisection, each probe
-  worked out by `fairshare.queue_priority`: the arithmetic `queue_order` uses, not a formula
-  that could round another way.
+  drops. A younger workload never has a higher aged priority than an older one of its class,
+  so each band is a run of the list: its end is guessed by a bisection on age (in C) and then
+  checked, and moved if need be, with `fairshare.queue_priority`, the arithmetic
+  `queue_order` uses, so rounding in the guess cannot put a workload in another band.
 - **Teams.** Within a band a team's queue is its lists' slices (merged by age and id when
   two classes meet in one band), and the band's teams are interleaved by `fairshare.interleave`
   as in `queue_order`. Workloads that claim devices freed for them go first, in age order.
@@ -158,7 +158,7 @@ class KeptQueue:
                 self._unknown[wid] = w
                 of[wid] = (w, None, None)
                 continue
-            entry = (w.submitted_at, wid, 0, w, cls)
+            entry = (w.submitted_at, wid, 0, w, cls)  # place 0: ids are unique, it never counts
             if w.claims_freed:
                 self._claims[wid] = entry
                 of[wid] = (w, entry, None)
