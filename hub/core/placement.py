@@ -129,7 +129,7 @@ class SpecInfo:
         self.spec = spec  # held, so its id stays its own while this is kept
         self.akey = affinity_key(spec)
         self.no_room: explain.Why | None = None  # explain.no_room(spec), once asked
-        self.kind = -1  # its team, shape and signature as a number (`Kept.kinds`), once asked
+        self.kind = -1  # its team, shape and signature as a number (`Kept.kinds`)
 
 
 class _Planner:
@@ -219,8 +219,6 @@ class _Planner:
             info = specs.get(id(spec))
             if info is None or info.spec is not spec:
                 info = self._spec(spec)
-            if info.kind < 0:
-                info.kind = self._kind(spec, info)
             if workload.attained_gpu_s:  # another level may take other victims (ordering)
                 level = pending_level(workload, self.policy.ordering, self.now)
                 key: tuple[object, ...] = (cls.value, info.kind, level)
@@ -328,6 +326,7 @@ class _Planner:
         found = self.specs.get(id(spec))
         if found is None or found.spec is not spec:  # new, or the id of a spec gone since
             found = self.specs[id(spec)] = SpecInfo(spec)
+            found.kind = self._kind(spec, found)
         return found
 
     def _kind(self, spec: WorkloadSpec, info: SpecInfo) -> int:
