@@ -34,8 +34,6 @@ from hub.core.model import Workload
 from hub.core.policy import Policy, PriorityClass
 
 _Group = tuple[str, str]  # team, priority class name
-# A workload, its queue entry (None: its class is unknown) and its list (None: not in one)
-_Item = tuple[Workload, Entry | None, _Group | None]
 
 _ID = attrgetter("id")
 
@@ -52,8 +50,9 @@ class KeptQueue:
 
     def __init__(self) -> None:
         self._classes: dict[str, PriorityClass] | None = None  # what the entries were made with
-        self._of: dict[str, _Item] = {}
-        self._views: dict[str, Workload] = {}  # id -> the workload, as `_of` (read in C)
+        self._views: dict[str, Workload] = {}  # id -> every pending workload (read in C)
+        # id -> the queue entry of one with a known class, and its list (None: a claim)
+        self._of: dict[str, tuple[Entry, _Group | None]] = {}
         self._groups: dict[_Group, list[Entry]] = {}
         self._claims: dict[str, Entry] = {}  # those that claim devices freed for them
         self._unknown: dict[str, Workload] = {}  # those whose class the policy does not know
@@ -74,14 +73,15 @@ class KeptQueue:
             self.clear()
             self._classes = classes
             told = None
-        if told is None:
-            self._read_through(pending)
-        else:
+        if told is not None:
             self._apply(told.items())
-            if len(self._views) != len(pending):
-                self.untold += 1
-                self._read_through(pending)
-        return len(self._views) == len(pending)
+            if len(self._views) == len(pending):
+                return True
+            self.untold += 1
+        if not self._read_through(pending):
+            self.clear()
+            return False
+        return True
 
     def clear(self) -> None:
         """Forget every entry: the next sync reads its queue through."""
@@ -98,75 +98,68 @@ class KeptQueue:
 
     def has(self, workload_id: str) -> bool:
         """Whether the workload is in the queue with a class the policy knows."""
-        found = self._of.get(workload_id)
-        return found is not None and found[1] is not None
+        return workload_id in self._of
 
     def order(self, policy: Policy, now: float, share_of: ShareOf) -> Iterator[Entry]:
         """The entries in `fairshare.queue_order`'s order (ordering `fifo`)."""
-        bands: dict[int, dict[str, list[Entry]]] = {}
-        merged: list[list[Entry]] = []  # team queues of two or more lists: sorted once
+        parts: dict[int, dict[str, list[list[Entry]]]] = {}  # band -> team -> runs in it
         for (team, _), items in self._groups.items():
             for band, start, stop in _splits(items, policy, now):
-                part = items if start == 0 and stop == len(items) else items[start:stop]
-                queues = bands.setdefault(band, {})
-                queue = queues.get(team)
-                if queue is None:
-                    queues[team] = part  # read only: the kept list itself when it is whole
-                    continue
-                if not any(queue is m for m in merged):
-                    queue = queues[team] = [*queue]
-                    merged.append(queue)
-                queue.extend(part)
-        for queue in merged:
-            queue.sort()
+                run = items if start == 0 and stop == len(items) else items[start:stop]
+                parts.setdefault(band, {}).setdefault(team, []).append(run)
+        bands = {  # a team's one run is read as it is (the kept list itself when whole)
+            band: {t: r[0] if len(r) == 1 else sorted(chain(*r)) for t, r in teams.items()}
+            for band, teams in parts.items()
+        }
         return chain(sorted(self._claims.values()), by_band(bands, share_of))
 
-    def _read_through(self, pending: Sequence[Workload]) -> None:
-        """Compare `pending` with the kept queue by identity (in C: no Python per workload)."""
+    def _read_through(self, pending: Sequence[Workload]) -> bool:
+        """Compare `pending` with the kept queue by identity (in C: no Python per workload);
+        False, with nothing filed, when an id repeats."""
         ids = list(map(_ID, pending))
+        present = set(ids)
+        if len(present) != len(ids):
+            return False
         views = self._views
         self._apply((w.id, w) for w in compress(pending, map(is_not, map(views.get, ids), pending)))
-        if len(views) != len(pending):  # some left the queue (or an id repeats)
-            self._apply((wid, None) for wid in views.keys() - set(ids))
+        if len(views) != len(pending):  # some left the queue
+            self._apply((wid, None) for wid in views.keys() - present)
+        return True
 
     def _apply(self, changes: Iterable[tuple[str, Workload | None]]) -> None:
+        """File in or take out each (id, workload now or None); ids do not repeat."""
         classes = self._classes or {}
         of, views, groups = self._of, self._views, self._groups
         gone: dict[_Group, list[Entry]] = {}
         new: dict[_Group, list[Entry]] = {}
-        fresh: set[str] = set()  # filed in by this call (an id that repeats comes again)
         for wid, w in changes:
-            found = of.get(wid)
-            if found is not None:
-                if found[0] is w:
-                    continue
-                del of[wid], views[wid]
-                _, old, group = found
-                if group is not None and old is not None:
-                    if wid in fresh:
-                        new[group].remove(old)
-                    else:
-                        gone.setdefault(group, []).append(old)
+            was = views.get(wid)
+            if was is w:
+                continue
+            if was is not None:
+                del views[wid]
+                found = of.pop(wid, None)
+                if found is None:
+                    del self._unknown[wid]
+                elif found[1] is None:
+                    del self._claims[wid]
                 else:
-                    self._claims.pop(wid, None)
-                    self._unknown.pop(wid, None)
+                    gone.setdefault(found[1], []).append(found[0])
             if w is None:
                 continue
             views[wid] = w
             cls = classes.get(w.spec.priority_class)
             if cls is None:
                 self._unknown[wid] = w
-                of[wid] = (w, None, None)
                 continue
             entry = (w.submitted_at, wid, 0, w, cls)  # place 0: ids are unique, it never counts
             if w.claims_freed:
                 self._claims[wid] = entry
-                of[wid] = (w, entry, None)
+                of[wid] = (entry, None)
             else:
                 group = (w.spec.team, cls.name)
                 new.setdefault(group, []).append(entry)
-                fresh.add(wid)
-                of[wid] = (w, entry, group)
+                of[wid] = (entry, group)
         for group, entries in gone.items():
             _take_out(groups[group], entries)
             if not groups[group]:
@@ -199,14 +192,13 @@ def _splits(items: list[Entry], policy: Policy, now: float) -> Iterator[tuple[in
     moved until right: rounding in the guess may put it an entry or two off.
     """
     size = len(items)
-    last = items[-1]
-    youngest = queue_priority(last[4], now - last[0], policy)
+    youngest = _priority(items[-1], policy, now)
     aging = policy.aging
     cap = policy.aging_cap()
     start = 0
     while True:
         first = items[start]
-        band = queue_priority(first[4], now - first[0], policy)
+        band = _priority(first, policy, now)
         if band == youngest:  # the rest alike (with aging off, or in one interval: at once)
             yield band, start, size
             return
