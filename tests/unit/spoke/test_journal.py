@@ -7,6 +7,8 @@ here a "crash" is opening the journal again without closing it, as a new process
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,8 +142,8 @@ def test_compaction_keeps_the_state_and_shrinks_the_file(
         first.delivered(sent.event_id)
     owed = event(clock, "live", EventPhase.SUCCEEDED, epoch=4)
     first.queue_event(owed)
-    first.close()
-    assert len(path.read_text().splitlines()) < 40  # 122 facts appended, most since compacted
+    first.close()  # (waits for a compaction under way)
+    assert len(path.read_text().splitlines()) < 80  # 122 facts appended, most since compacted
     again = Journal(path)
     try:
         assert again.state.allocations == {"live": (4, GPU1)}
@@ -159,3 +161,75 @@ def test_finished_workloads_are_remembered_up_to_a_bound(journal: Journal) -> No
     assert "w0" not in journal.state.finished  # the oldest go first
     assert f"w{FINISHED_KEPT + 4}" in journal.state.finished
     assert "w0" not in journal.state.epochs
+
+
+def _as_replayed(path: Path, scratch: Path) -> tuple[object, ...]:
+    """What a spoke started on this file now would know (opened on a copy: opening the file
+    itself would compact it under the live journal)."""
+    shutil.copyfile(path, scratch)
+    again = Journal(scratch)
+    try:
+        s = again.state
+        return s.allocations, dict(s.finished), list(s.outbox.values()), s.applied_seq
+    finally:
+        again.close()
+
+
+def test_a_compaction_on_its_thread_loses_nothing_appended_while_it_runs(
+    path: Path, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rewrite runs beside the spoke's loop; the file on disk must replay to everything
+    flushed at every moment: before the rewrite is in place, and after."""
+    monkeypatch.setattr(journal_module, "COMPACT_AFTER_LINES", 40)
+    live = Journal(path)
+    seen_compacting = facts = 0
+    try:
+        for n in range(150):
+            facts += 3 + (n % 3 != 0) + (n % 4 == 0)
+            live.placed(f"w{n}", 1, GPU0 if n % 2 else GPU1)
+            live.applied(n + 1)
+            running = event(clock, f"w{n}", EventPhase.RUNNING)
+            live.queue_event(running)
+            if n % 3:
+                live.delivered(running.event_id)
+            if n % 4 == 0:
+                live.ended(f"w{n - 2}", 1)
+            seen_compacting += live.compacting
+            live.flush()
+            s = live.state
+            expected = (s.allocations, dict(s.finished), list(s.outbox.values()), s.applied_seq)
+            assert _as_replayed(path, tmp_path / "replayed.jsonl") == expected, n
+    finally:
+        live.close()
+    assert seen_compacting > 0  # the steps above ran with a rewrite under way
+    assert not path.with_suffix(".tmp").exists()
+    assert len(path.read_text().splitlines()) < facts  # compacted: a line per fact no more
+
+
+def test_a_compaction_that_fails_keeps_the_journal_and_is_tried_again(
+    path: Path, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "COMPACT_AFTER_LINES", 20)
+    blocked = path.with_suffix(".tmp")
+    blocked.mkdir(parents=True)  # where the rewrite goes cannot be written: as a full disk
+    live = Journal(path)
+    try:
+        for seq in range(1, 31):
+            live.applied(seq)
+            live.flush()
+        for _ in range(1000):  # until the loop has seen the rewrite fail (it never blocks)
+            if not live.compacting:
+                break
+            time.sleep(0.01)
+            live.flush()
+        assert not live.compacting
+        assert len(path.read_text().splitlines()) == 30  # every fact still there
+        assert _as_replayed(path, tmp_path / "replayed.jsonl")[3] == 30
+        blocked.rmdir()  # the disk has room again: the next rewrite goes through
+        for seq in range(31, 101):
+            live.applied(seq)
+            live.flush()
+    finally:
+        live.close()
+    assert len(path.read_text().splitlines()) < 70  # 100 facts appended, compacted since
+    assert _as_replayed(path, tmp_path / "replayed.jsonl")[3] == 100
