@@ -8,6 +8,11 @@ Only the start and the end lines are flushed as they are written: the start beca
 killed right after the spawn must still find its processes (it looks them up by their exit
 files' paths in /proc when the pids line is missing), the end because the exit files it
 guards are removed right after it. The pids and port lines ride along with the next flush.
+
+The lines of the runs still open are kept in memory too: once the file holds
+`COMPACT_AFTER_LINES` lines it is rewritten to just those at the next end (a start line
+carries the whole spec, so a spoke that ran a million short jobs would otherwise keep a file
+of about a gigabyte, and read all of it on its next start).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from spoke.ports import Launch
 
 log = structlog.get_logger(__name__)
 
+#: The file is rewritten to the open runs' lines when it has this many lines.
+COMPACT_AFTER_LINES = 20_000
+
 
 class RunJournal:
     """Append-only runs.jsonl of one local runtime (one open handle, lines buffered)."""
@@ -30,6 +38,8 @@ class RunJournal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: TextIO | None = None
+        self._open: dict[tuple[str, int], list[str]] = {}  # each open run's lines, in order
+        self._lines = 0  # in the file
 
     def start(self, launch: Launch, port: int | None) -> None:
         """The start of `launch` (flushed: before any of its processes exists)."""
@@ -48,22 +58,28 @@ class RunJournal:
         )
         assignments = ",".join(a.model_dump_json() for a in launch.assignments)
         spec = launch.spec.model_dump_json()
-        self._write(f'{head[:-1]},"spec":{spec},"assignments":[{assignments}]}}\n', flush=True)
+        line = f'{head[:-1]},"spec":{spec},"assignments":[{assignments}]}}\n'
+        self._open[(launch.workload_id, launch.epoch)] = [line]
+        self._write(line, flush=True)
 
     def pids(self, launch: Launch, pids: list[int]) -> None:
         """Its processes' pids (buffered: /proc finds them by their exit files if lost)."""
         w, e = json.dumps(launch.workload_id), launch.epoch
-        self._write(f'{{"t":"pids","w":{w},"e":{e},"pids":{json.dumps(pids)}}}\n', flush=False)
+        self._note(launch, f'{{"t":"pids","w":{w},"e":{e},"pids":{json.dumps(pids)}}}\n')
 
     def port(self, launch: Launch, public_port: int | None) -> None:
         """Where its relay listens (buffered: a lost one means a new port on adoption)."""
         w, e, pub = json.dumps(launch.workload_id), launch.epoch, json.dumps(public_port)
-        self._write(f'{{"t":"port","w":{w},"e":{e},"pub":{pub}}}\n', flush=False)
+        self._note(launch, f'{{"t":"port","w":{w},"e":{e},"pub":{pub}}}\n')
 
     def end(self, launch: Launch) -> None:
         """Its end (flushed: its exit files are removed next)."""
         w, e = json.dumps(launch.workload_id), launch.epoch
-        self._write(f'{{"t":"end","w":{w},"e":{e}}}\n', flush=True)
+        self._open.pop((launch.workload_id, launch.epoch), None)
+        if self._lines + 1 >= COMPACT_AFTER_LINES:
+            self._compact()  # (the end is in it: the run is no longer there)
+        else:
+            self._write(f'{{"t":"end","w":{w},"e":{e}}}\n', flush=True)
 
     def close(self) -> None:
         if self._file is not None:
@@ -92,10 +108,32 @@ class RunJournal:
                     open_runs.pop((record["w"], int(record["e"])), None)
             except (ValueError, KeyError, TypeError) as exc:  # a torn last line
                 log.warning("run_journal_line_skipped", line=number, error=str(exc))
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in open_runs.values()))
-        os.replace(tmp, self.path)
+        lines = [json.dumps(r) + "\n" for r in open_runs.values()]
+        self._open = {
+            (r["workload_id"], int(r["epoch"])): [line]
+            for r, line in zip(open_runs.values(), lines, strict=True)
+        }
+        self._rewrite(lines)
         return list(open_runs.values())
+
+    def _note(self, launch: Launch, line: str) -> None:
+        """A buffered line about an open run."""
+        lines = self._open.get((launch.workload_id, launch.epoch))
+        if lines is not None:
+            lines.append(line)
+        self._write(line, flush=False)
+
+    def _compact(self) -> None:
+        """Rewrite the file as the open runs' lines (atomically)."""
+        self.close()
+        self._rewrite([line for lines in self._open.values() for line in lines])
+
+    def _rewrite(self, lines: list[str]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        os.replace(tmp, self.path)
+        self._lines = len(lines)
 
     def _write(self, line: str, *, flush: bool) -> None:
         # One open append handle: files are slow to open here.
@@ -103,5 +141,6 @@ class RunJournal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         self._file.write(line)
+        self._lines += 1
         if flush:
             self._file.flush()

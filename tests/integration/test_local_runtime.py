@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import spoke.runtime.runjournal as runjournal_module
 from schemas import Assignment, EventPhase, WorkloadSpec
 from spoke.errors import PermanentSpokeError
 from spoke.ports import Launch, RuntimeEvent
@@ -67,6 +68,43 @@ def _launch(workload_id: str, script: str) -> Launch:
         spec=WorkloadSpec(name="w", team="t", command=("sh", "-c", script)),
         assignments=(Assignment(node="n0", devices=(0,)),),
     )
+
+
+async def test_a_long_running_spoke_keeps_its_run_record_small_and_still_adopts_after_a_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every start writes its whole spec to runs.jsonl: a spoke running short jobs for months
+    would keep (and read through on its next start) every one of them. The file is rewritten
+    to the open runs once it grows; a run open across the rewrite is still adopted."""
+    monkeypatch.setattr(runjournal_module, "COMPACT_AFTER_LINES", 12)
+    release = tmp_path / "release"
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    first = LocalRuntime(sink, tmp_path / "logs")
+    await first.start(_launch("long", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 4"))
+    for n in range(15):  # 15 short runs: 45 lines written, more than three rewrites' worth
+        await first.start(_launch(f"short{n}", "exit 0"))
+        # RUNNING and SUCCEEDED of each so far, and long's RUNNING
+        await wait_until(
+            lambda seen=2 * (n + 1) + 1: len(events) == seen, timeout=10, what=f"short{n}'s end"
+        )
+    journal = first.journal_path
+    await first.close()  # `long` runs on, as after a SIGKILL of the spoke
+    assert len(journal.read_text().splitlines()) < 12
+    assert not journal.with_suffix(".tmp").exists()
+
+    second = LocalRuntime(sink, tmp_path / "logs")
+    try:
+        assert await second.adopt() == {"long": 1}  # the short ones ended: nothing to adopt
+        release.touch()
+        await wait_until(lambda: events[-1].workload_id == "long", timeout=10, what="long's end")
+    finally:
+        await second.close()
+    assert (events[-1].phase, events[-1].exit_code) == (EventPhase.FAILED, 4)
+    assert sum(e.phase is EventPhase.SUCCEEDED for e in events) == 15
 
 
 async def _run_to_end(runtime: LocalRuntime, launch: Launch, events: list[RuntimeEvent]) -> str:
