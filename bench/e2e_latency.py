@@ -6,8 +6,11 @@ JSON (never asserts a time):
 - `--rate R --count C`: submits C one-GPU workloads over NATS request/reply at R per second and
   times each from the moment its submission is sent to the moment its spoke reports it RUNNING
   (the spoke publishes that once the process has started). Also prints the CPU milliseconds
-  per placed workload of the hub, each spoke agent (its own, not its children's) and
-  nats-server, from psutil.
+  per placed workload of the hub, each spoke agent (its own, not its children's),
+  nats-server, this process (`load-generator`) and the workloads' own processes (`workloads`:
+  the spokes' children, their shell wrappers), from psutil: on one machine they all share its
+  cores. `windows`: p50/p99 of the submissions sent in each 5 s, so a backlog that spoiled
+  some seconds shows apart from the rest.
 - `--sweep`: runs of `--sweep-seconds` each at 50, 100, 200, ... per second until p99 reaches
   50 ms (or a submission is lost), then bisects; prints every step and `max_sustainable_rate`.
   `--rates 50,100,200,400` runs those rates instead; `--plot FILE.png` draws p99 against rate
@@ -52,6 +55,7 @@ FLEET = (
     SimSpoke("eu-2", "eu", nodes=8, gpus=8, model="A100"),
     SimSpoke("us-1", "us", nodes=8, gpus=8, model="L4"),
 )
+SPOKE_IDS = frozenset(s.id for s in FLEET)
 SPEC = {"name": "bench", "team": "bench", "command": ["true"]}
 #: `gpufed up`'s policy, with room for a whole --bulk queued at once (the default team's
 #: max_queued, 5,000, would refuse half of 10,000).
@@ -62,22 +66,29 @@ POLICY: dict[str, object] = {
 #: The sweep's bar: a rate is sustained when p99 stays under this and nothing is lost.
 P99_LIMIT_MS = 50.0
 BULK_BATCH = 1000
+#: Seconds of submissions per entry of `windows`.
+WINDOW_S = 5
 
 
 class Probe:
-    """CPU seconds (user + system, children excluded) of the federation's processes."""
+    """CPU seconds (user + system, children excluded) of the federation's processes and of
+    this one (the load generator); and, as `workloads`, of the spokes' children that ended
+    (the workloads' wrappers: on one machine they take their share of it too)."""
 
     def __init__(self, fed: Federation) -> None:
         pids = {name: proc.pid for name, proc in fed.procs.items()}
         if fed.nats.pid is not None:
             pids["nats-server"] = fed.nats.pid
+        pids["load-generator"] = os.getpid()  # this process: submissions and the watcher
         self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
 
     def sample(self) -> dict[str, float]:
-        out = {}
+        out = {"workloads": 0.0}
         for name, proc in self.procs.items():
             times = proc.cpu_times()
             out[name] = times.user + times.system
+            if name in SPOKE_IDS:
+                out["workloads"] += times.children_user + times.children_system
         return out
 
 
@@ -154,6 +165,10 @@ async def run_rate(
     await watcher.wait_for(set(sent_at), settle_s)
     cpu_after = probe.sample()
     running_at = watcher.running_at
+    by_window: dict[int, list[float]] = {}
+    for w, t in sent_at.items():
+        if w in running_at:
+            by_window.setdefault(int((t - start) // WINDOW_S), []).append(running_at[w] - t)
     latencies = sorted((running_at[w] - sent_at[w]) * 1000 for w in sent_at if w in running_at)
     placed = len(latencies)
     # Where the time went: the hub (submission to its Place command on the bus) and the
@@ -178,6 +193,12 @@ async def run_rate(
         "submit_errors": errors,
         "submit_to_place_ms": quantiles(hub_ms),
         "place_to_running_ms": quantiles(spoke_ms),
+        # p50/p99 ms of the submissions sent in each WINDOW_S: a backlog (the first seconds
+        # under load, a stall) shows as the windows it spoiled, not only as one p99
+        "windows": [
+            {"from_s": n * WINDOW_S, **(quantiles(sorted(v * 1000 for v in by_window[n])) or {})}
+            for n in sorted(by_window)
+        ],
         **cpu_figures(
             cpu_before, cpu_after, [watcher.spoke_of[w] for w in sent_at if w in running_at]
         ),
