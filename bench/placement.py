@@ -8,8 +8,10 @@ A fleet of 100 spokes x 64 nodes x 8 GPUs (H100/A100/L4, four regions, some clou
 - incremental_cycle_ms_p50 / _p99: after that, per iteration some work completes, last cycle's
   victims stop and are requeued, 100 new workloads arrive, and one plan runs over everything
   pending (only the plan is timed). The plan is the hub's: `hub.core.planstate.PlanState`,
-  which keeps the fleet and the tally of running work between cycles and follows the changed
-  nodes and workloads (told which workloads moved, as the hub's cycle tells it);
+  which keeps the fleet, the tally of running work and the queue's order between cycles and
+  follows the changed nodes and workloads (told which workloads moved and which joined or
+  left the queue, as the hub's cycle tells it; `untold` counts plans that had to read the
+  queue through);
   `--from-scratch` times `hub.core.placement.plan()`, which sets both up from the whole
   snapshot each time (the same plans: `--check` compares every cycle);
 - incremental_cycle_cpu_ms_p50 / _p99: the same cycles in this process's CPU time
@@ -284,6 +286,9 @@ def main() -> None:
     first = planner(snapshot, list(pending.values()), [], policy, now)
     full_s = time.perf_counter() - started
     fleet.apply(first, pending, now)
+    # what joined or left the queue since the last plan (None: left), as the hub's cycle
+    # tells its PlanState (`queued`)
+    queued: dict[str, Workload | None] = dict.fromkeys(p.workload_id for p in first.placements)
 
     cycles_ms: list[float] = []
     cpu_ms: list[float] = []
@@ -292,7 +297,9 @@ def main() -> None:
         now += 30.0
         for r in [r for r in fleet.running.values() if r.preempting]:
             stopped = fleet.stop(r.id)  # last cycle's victims are gone; requeue them
-            pending[stopped.id] = Workload(stopped.id, stopped.spec, stopped.started_at)
+            pending[stopped.id] = queued[stopped.id] = Workload(
+                stopped.id, stopped.spec, stopped.started_at
+            )
         done = rng.sample(sorted(fleet.running), min(ARRIVALS, len(fleet.running)))
         for workload_id in done:
             if not fleet.running[workload_id].preempting:
@@ -300,25 +307,27 @@ def main() -> None:
         for _ in range(ARRIVALS):
             w = make_workload(rng, serial, now)
             w = Workload(w.id, w.spec, now)
-            pending[w.id] = w
+            pending[w.id] = queued[w.id] = w
             serial += 1
         snapshot = fleet.snapshot()
         running = list(fleet.running.values())
         queue = list(pending.values())
         moved, fleet.moved = fleet.moved, {}
+        told, queued = queued, {}
         if not args.gc:
             gc.freeze()  # long-lived state out of the collector, as a hub process can do
         started, cpu = time.perf_counter(), time.process_time()
         if args.from_scratch:
             result = plan(snapshot, queue, running, policy, now)
         else:
-            result = kept.plan(snapshot, queue, running, policy, now, moved)
+            result = kept.plan(snapshot, queue, running, policy, now, moved, told)
         cycles_ms.append((time.perf_counter() - started) * 1000)
         cpu_ms.append((time.process_time() - cpu) * 1000)
         if args.check and result != plan(snapshot, queue, running, policy, now):
             raise SystemExit("the kept state planned differently from plan()")
         preempted += len(result.preemptions)
         fleet.apply(result, pending, now)
+        queued.update(dict.fromkeys(p.workload_id for p in result.placements))
 
     print(
         json.dumps(
@@ -339,6 +348,7 @@ def main() -> None:
                 "gc_frozen": not args.gc,
                 "path": "from_scratch" if args.from_scratch else "kept_state",
                 "rebuilds": kept.rebuilds,
+                "untold": kept.untold,  # plans whose queue changes were not all told
                 "machine_ref_us": machine_ref_us,
             }
         )
