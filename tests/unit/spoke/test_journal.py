@@ -16,7 +16,7 @@ import pytest
 
 import spoke.journal as journal_module
 from schemas import Assignment, EventPhase, WorkloadEvent
-from spoke.journal import FINISHED_KEPT, Journal
+from spoke.journal import FINISHED_KEPT, Journal, SpokeState
 from tests.support.clock import FakeClock
 
 
@@ -163,14 +163,18 @@ def test_finished_workloads_are_remembered_up_to_a_bound(journal: Journal) -> No
     assert "w0" not in journal.state.epochs
 
 
+def _known(s: SpokeState) -> tuple[object, ...]:
+    """What a spoke's journal holds that the hub and the spoke rely on."""
+    return s.allocations, dict(s.finished), list(s.outbox.values()), s.applied_seq
+
+
 def _as_replayed(path: Path, scratch: Path) -> tuple[object, ...]:
     """What a spoke started on this file now would know (opened on a copy: opening the file
     itself would compact it under the live journal)."""
     shutil.copyfile(path, scratch)
     again = Journal(scratch)
     try:
-        s = again.state
-        return s.allocations, dict(s.finished), list(s.outbox.values()), s.applied_seq
+        return _known(again.state)
     finally:
         again.close()
 
@@ -196,9 +200,7 @@ def test_a_compaction_on_its_thread_loses_nothing_appended_while_it_runs(
                 live.ended(f"w{n - 2}", 1)
             seen_compacting += live.compacting
             live.flush()
-            s = live.state
-            expected = (s.allocations, dict(s.finished), list(s.outbox.values()), s.applied_seq)
-            assert _as_replayed(path, tmp_path / "replayed.jsonl") == expected, n
+            assert _as_replayed(path, tmp_path / "replayed.jsonl") == _known(live.state), n
     finally:
         live.close()
     assert seen_compacting > 0  # the steps above ran with a rewrite under way
