@@ -62,6 +62,10 @@ def end(
     ended = w.attempts[-1]
     if verdict is Verdict.REQUEUE:
         w.note(now, "requeued")
+        # Until a scheduling cycle says what it waits for (tens of milliseconds, longer when
+        # cycles are paced under load), the queue shows why it is back in it: never a queued
+        # workload that ran without a word. No reason code: no cycle has looked at it yet.
+        w.message = f"queued again: its run on {ended.spoke_id} ended ({reason.value})"
         return ended
     w.finished_at = now
     w.reason = "" if w.phase == Phase.SUCCEEDED else reason.value
