@@ -10,7 +10,8 @@ JSON (never asserts a time):
   nats-server, this process (`load-generator`) and the workloads' own processes (`workloads`:
   the spokes' children, their shell wrappers), from psutil: on one machine they all share its
   cores. `windows`: p50/p99 of the submissions sent in each 5 s, so a backlog that spoiled
-  some seconds shows apart from the rest.
+  some seconds shows apart from the rest, with each side's p99: `to_place` (submission to
+  its Place command, the hub) and `to_running` (Place to RUNNING, the spoke).
 - `--sweep`: runs of `--sweep-seconds` each at 50, 100, 200, ... per second until p99 reaches
   50 ms (or a submission is lost), then bisects; prints every step and `max_sustainable_rate`.
   `--rates 50,100,200,400` runs those rates instead; `--plot FILE.png` draws p99 against rate
@@ -169,10 +170,16 @@ async def run_rate(
     await watcher.wait_for(set(sent_at), settle_s)
     cpu_after = probe.sample()
     running_at = watcher.running_at
-    by_window: dict[int, list[float]] = {}
+    placed_at = watcher.placed_at
+    # window -> (submit to RUNNING, submit to Place, Place to RUNNING) of its submissions, s
+    by_window: dict[int, tuple[list[float], list[float], list[float]]] = {}
     for w, t in sent_at.items():
         if w in running_at:
-            by_window.setdefault(int((t - start) // WINDOW_S), []).append(running_at[w] - t)
+            total, hub, spoke = by_window.setdefault(int((t - start) // WINDOW_S), ([], [], []))
+            total.append(running_at[w] - t)
+            if w in placed_at:
+                hub.append(placed_at[w] - t)
+                spoke.append(running_at[w] - placed_at[w])
     latencies = sorted((running_at[w] - sent_at[w]) * 1000 for w in sent_at if w in running_at)
     placed = len(latencies)
     # Where the time went: the hub (submission to its Place command on the bus) and the
@@ -198,15 +205,23 @@ async def run_rate(
         "submit_to_place_ms": quantiles(hub_ms),
         "place_to_running_ms": quantiles(spoke_ms),
         # p50/p99 ms of the submissions sent in each WINDOW_S: a backlog (the first seconds
-        # under load, a stall) shows as the windows it spoiled, not only as one p99
-        "windows": [
-            {"from_s": n * WINDOW_S, **(quantiles(sorted(v * 1000 for v in by_window[n])) or {})}
-            for n in sorted(by_window)
-        ],
+        # under load, a stall) shows as the windows it spoiled, not only as one p99; and the
+        # p99 of each side, the hub's (submit to Place) and the spoke's (Place to RUNNING)
+        "windows": [window(n, *by_window[n]) for n in sorted(by_window)],
         **cpu_figures(
             cpu_before, cpu_after, [watcher.spoke_of[w] for w in sent_at if w in running_at]
         ),
     }
+
+
+def window(n: int, total: list[float], hub: list[float], spoke: list[float]) -> dict[str, Any]:
+    """One entry of `windows`: its start, p50/p99/max ms, and each side's p99 ms."""
+    sides = {
+        f"{side}_p99": found["p99"]
+        for side, values in (("to_place", hub), ("to_running", spoke))
+        if (found := quantiles(sorted(v * 1000 for v in values)))
+    }
+    return {"from_s": n * WINDOW_S, **(quantiles(sorted(v * 1000 for v in total)) or {}), **sides}
 
 
 def quantiles(values: list[float]) -> dict[str, float] | None:
