@@ -68,6 +68,7 @@ class Cycle:
         self._moved: dict[str, RunningWorkload | None] = {}
         # Likewise what joined, left or changed in the queue: its pending view now (or None).
         self._queued: dict[str, Workload | None] = {}
+        self._applied = False  # the last plan's decisions are on the records, and saved
 
     async def run(self, taken: Taken | None = None) -> Plan:
         """One cycle: place what fits, preempt what must make room, publish demand.
@@ -122,9 +123,12 @@ class Cycle:
         self._check(snapshot, running)
         moved, self._moved = self._moved, {}
         queued, self._queued = self._queued, {}
+        # The plan lists the explanations that changed since the last plan (`Plan.explained`):
+        # what it left as it was is on the records already, if that plan was applied and saved.
+        applied, self._applied = self._applied, False
         result = self.placement.plan(snapshot, pending, running, policy, now, moved, queued)
         undo = _Undo(state)
-        changed, decisions = self._apply(result, now, undo)
+        changed, decisions = self._apply(result, now, undo, applied)
         # The plan lists what it left out in the order it looked at them: the queue order.
         state.queue = result.unplaced
         audits: Sequence[AuditEntry] = ()
@@ -148,6 +152,7 @@ class Cycle:
                 raise
             if state.unsaved:
                 state.unsaved_saved()
+        self._applied = True
         if result.placements:  # counted once saved; the other decisions are preemptions
             state.metrics.placements.inc(len(result.placements))
         if len(decisions) > len(result.placements):
@@ -283,8 +288,10 @@ class Cycle:
                 del ended[wid]
 
     def _apply(
-        self, result: Plan, now: float, undo: _Undo
+        self, result: Plan, now: float, undo: _Undo, applied: bool
     ) -> tuple[list[WorkloadRecord], list[DecisionRecord]]:
+        """The plan onto the records: what changed, and the commands to send. `applied`: the
+        last plan was applied and saved, so only the explanations that changed since are read."""
         workloads = self.state.workloads
         changed: list[WorkloadRecord] = []
         decisions: list[DecisionRecord] = []
@@ -320,7 +327,10 @@ class Cycle:
             )
             decisions.append(decision(preempt, preemption.spoke_id, now))
             changed.append(w)
-        for unplaced in result.unplaced:  # every pending workload: kept to plain compares
+        explained = result.unplaced
+        if applied and result.explained is not None:
+            explained = result.explained
+        for unplaced in explained:  # kept to plain compares: it may be every pending workload
             w = workloads[unplaced.workload_id]
             # Reason is a StrEnum: equal to its value, without the enum property per item.
             if w.message != unplaced.message or w.reason != unplaced.reason:

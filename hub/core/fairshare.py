@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, islice
 
-from hub.core.model import Workload
+from hub.core.model import Unplaced, Workload
 from hub.core.ordering import pending_level
 from hub.core.policy import Policy, PriorityClass
 
@@ -71,7 +71,9 @@ def queue_order(
     """
     # Entries sort as tuples: by age, then id, then place (a stable sort by age and id).
     claims = sorted(
-        (w.submitted_at, w.id, n, w, cls) for n, (w, cls) in enumerate(entries) if w.claims_freed
+        (w.submitted_at, w.id, n, w, cls, Memo())
+        for n, (w, cls) in enumerate(entries)
+        if w.claims_freed
     )
     bands: dict[int, dict[str, list[Entry]]] = {}
     aging = policy.aging
@@ -98,7 +100,7 @@ def queue_order(
         if last is None or last[0] != band or last[1] != team:  # a run of one team and band
             last = (band, team)
             last_queue = bands.setdefault(band, {}).setdefault(team, [])
-        last_queue.append((workload.submitted_at, workload.id, n, workload, cls))
+        last_queue.append((workload.submitted_at, workload.id, n, workload, cls, Memo()))
     for queues in bands.values():
         if las:
             for queue in queues.values():
@@ -171,4 +173,23 @@ def _interleaved(
                 break
 
 
-Entry = tuple[float, str, int, Workload, PriorityClass]
+class Memo:
+    """What a plan worked out for one queue entry, kept for the next plan over the same entry.
+
+    A queue kept between plans (`hub.core.pendingorder.KeptQueue`) keeps its entries while
+    their workloads stay the same, and with them this: the next plan reads the workload's
+    equivalence class and last explanation here, one object, instead of from its workload,
+    spec and the last plan's explanations by id (a deep queue's per-workload cost is memory
+    reads).
+    """
+
+    __slots__ = ("key", "unplaced")
+
+    def __init__(self) -> None:
+        self.key: tuple[object, ...] | None = None  # its class in a plan, where time-free
+        self.unplaced: Unplaced | None = None  # what the last plan that looked at it said
+
+
+#: (submitted_at, id, place, workload, class, memo); age and id never repeat, so entries sort
+#: by them alone.
+Entry = tuple[float, str, int, Workload, PriorityClass, Memo]

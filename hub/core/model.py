@@ -131,3 +131,7 @@ class Plan:
     placements: tuple[Placement, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
+    # Of `unplaced`, those whose explanation is not the very object the last plan of the same
+    # kept state gave (`hub.core.planstate.PlanState`): what changed, for a caller that applied
+    # that plan. None: not known (every one may have changed).
+    explained: tuple[Unplaced, ...] | None = field(default=None, compare=False)

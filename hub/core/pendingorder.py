@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress
 from operator import attrgetter, is_not, not_
 
-from hub.core.fairshare import Entry, ShareOf, by_band, oldest_first, queue_priority
+from hub.core.fairshare import Entry, Memo, ShareOf, by_band, oldest_first, queue_priority
 from hub.core.model import Workload
 from hub.core.policy import Policy, PriorityClass
 
@@ -152,7 +152,7 @@ class KeptQueue:
             if cls is None:
                 self._unknown[wid] = w
                 continue
-            entry = (w.submitted_at, wid, 0, w, cls)  # place 0: ids are unique, it never counts
+            entry = (w.submitted_at, wid, 0, w, cls, Memo())  # place 0: ids never repeat
             if w.claims_freed:
                 self._claims[wid] = entry
                 of[wid] = (entry, None)

@@ -14,23 +14,24 @@ A deep queue costs little: a workload whose team, class and shape class (signatu
 already failed in this plan, with nothing booked or freed for anyone since (`gen`), gets the
 same reason without a search. Capacity, quota room and victims only change when something is
 booked (a placement or a preemption) or when the plan passes a workload that stopping work
-was preempted for, so the answer would be the same.
+was preempted for, so the answer would be the same. With the queue kept between plans
+(`Kept`), each entry keeps that class and its last explanation (`fairshare.Memo`): such a
+workload costs one read of its entry, and the plan lists apart the explanations that are not
+the very objects the last plan gave (`Plan.explained`), all a caller that applied it must write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from operator import attrgetter
 
 from hub.core import explain
 from hub.core.capacity import EPS, Capacity
 from hub.core.consolidate import consolidate
-from hub.core.fairshare import Entry, queue_order, with_classes
+from hub.core.fairshare import Entry, Memo, queue_order, with_classes
 from hub.core.fit import (
     Fit,
     Sig,
     SigKey,
-    affinity_key,
     build_sig,
     capability_needs,
     find,
@@ -39,7 +40,7 @@ from hub.core.fit import (
     sig_key,
     take,
 )
-from hub.core.holdings import KeptOrder
+from hub.core.kept import Kept, SpecInfo
 from hub.core.model import (
     Placement,
     Plan,
@@ -50,15 +51,12 @@ from hub.core.model import (
     Workload,
 )
 from hub.core.ordering import las_victims, pending_level, rescue_level
-from hub.core.pendingorder import KeptQueue
 from hub.core.policy import Policy, PriorityClass, Team
 from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
 from hub.core.reserve import hold, oldest_starts
 from hub.core.victims import Tally, Victims, tally
 from schemas import WorkloadSpec
-
-_WORKLOAD_ID = attrgetter("workload_id")
 
 
 def plan(
@@ -98,40 +96,6 @@ def plan_on(
     return _Planner(capacity, work, running, policy, now, kept).run(pending, told)
 
 
-class Kept:
-    """Per signature, its pools; per signature and shape, why it never fits; running work in
-    victim order (`hub.core.victims.KeptOrder`); the pending queue in order.
-
-    Valid while the fleet's make-up (spokes, nodes, models, labels, runtimes) stays the same.
-    """
-
-    __slots__ = ("kinds", "never", "order", "queue", "sigs", "specs", "unplaced")
-
-    def __init__(self) -> None:
-        self.queue = KeptQueue()
-        self.sigs: dict[object, Sig] = {}
-        self.never: dict[tuple[object, ...], explain.Why | None] = {}
-        self.order = KeptOrder()
-        # id(spec) -> what is worked out from the spec alone, for specs queued lately
-        self.specs: dict[int, SpecInfo] = {}
-        # (team, shape, signature) -> a number for it, in a plan's equivalence classes
-        self.kinds: dict[tuple[object, ...], int] = {}
-        # workload id -> the last plan's Unplaced, handed out again when it is the same
-        self.unplaced: dict[str, Unplaced] = {}
-
-
-class SpecInfo:
-    """What a plan works out from a workload's spec alone (kept while the spec is queued)."""
-
-    __slots__ = ("akey", "kind", "no_room", "spec")
-
-    def __init__(self, spec: WorkloadSpec) -> None:
-        self.spec = spec  # held, so its id stays its own while this is kept
-        self.akey = affinity_key(spec)
-        self.no_room: explain.Why | None = None  # explain.no_room(spec), once asked
-        self.kind = -1  # its team, shape and signature as a number (`Kept.kinds`)
-
-
 class _Planner:
     """The working state of one plan() call."""
 
@@ -167,6 +131,7 @@ class _Planner:
         self.placements: list[Placement] = []
         self.preemptions: list[Preemption] = []
         self.unplaced: list[Unplaced] = []
+        self.fresh: list[Unplaced] = []  # of those, the ones not handed out by the last plan
         self.holds = 0  # wide gangs holding nodes in this plan (hub.core.reserve)
         self.oldest: dict[tuple[str, str], float] | None = None
         # Equivalence classes that failed since the last booking: key -> (reason, message).
@@ -206,50 +171,58 @@ class _Planner:
             why = explain.unknown_class(workload.spec.priority_class)
             self.unplaced.append(Unplaced(workload.id, *why))
         failed = self.failed
-        specs = self.specs
         unplaced = self.unplaced
-        last_plan = self.kept.unplaced if self.kept is not None else {}
-        for _, wid, _, workload, cls in order:
-            if wid in earmarked or workload.claims_freed:
-                self.undecided.discard(wid)
-                self.gen += 1  # stopping work preempted for it becomes others' room after it
-                self._decide(workload, cls)
-                continue
-            spec = workload.spec
-            info = specs.get(id(spec))
-            if info is None or info.spec is not spec:
-                info = self._spec(spec)
-            if workload.attained_gpu_s:  # another level may take other victims (ordering)
-                level = pending_level(workload, self.policy.ordering, self.now)
-                key: tuple[object, ...] = (cls.value, info.kind, level)
-            else:
-                key = (cls.value, info.kind)
-            if workload.avoid_spokes:  # fewer spokes than alike work: maybe none at all
-                key = (*key, workload.avoid_spokes)
+        fresh = self.fresh = unplaced[:]  # the explanations not handed out again as they were
+        for entry in order:
+            # A workload planned before comes with its class in its entry's memo: nothing else
+            # of it is read unless something was booked since its class last failed.
+            memo = entry[5]
+            key = memo.key
+            if key is None or (earmarked and entry[1] in earmarked):
+                _, wid, _, workload, cls, _ = entry
+                if workload.claims_freed or (earmarked and wid in earmarked):
+                    self.undecided.discard(wid)
+                    self.gen += 1  # stopping work preempted for it becomes others' room after it
+                    count = len(unplaced)
+                    self._decide(workload, cls)
+                    fresh += unplaced[count:]
+                    continue
+                key = self._key(workload, cls, memo)
             seen = failed.get(key)
             if seen is not None and seen[0] == self.gen:
                 same = seen[1]
-                prev = last_plan.get(wid)  # an equal object from the last plan costs less
+                prev = memo.unplaced  # an equal object from the last plan costs less
                 if (
                     prev is None
                     or prev.reason is not same.reason
                     or prev.message != same.message
                     or prev.waiting_for
                 ):
-                    prev = Unplaced(wid, same.reason, same.message)
+                    prev = memo.unplaced = Unplaced(entry[1], same.reason, same.message)
+                    fresh.append(prev)
                 unplaced.append(prev)
                 continue
             gen, count = self.gen, len(unplaced)
-            self._decide(workload, cls, info)
-            if self.gen == gen and len(unplaced) > count:
-                last = unplaced[-1]
-                if not last.waiting_for:
+            self._decide(entry[3], entry[4])
+            if len(unplaced) > count:
+                last, prev = unplaced[-1], memo.unplaced
+                if (  # the first of its class says what it said last time
+                    prev is not None
+                    and prev.reason is last.reason
+                    and prev.message == last.message
+                    and prev.waiting_for == last.waiting_for
+                ):
+                    unplaced[-1] = last = prev
+                else:
+                    memo.unplaced = last
+                    fresh.append(last)
+                if self.gen == gen and not last.waiting_for:
                     failed[key] = (gen, last)
-        if self.kept is not None:
-            self.kept.unplaced = dict(zip(map(_WORKLOAD_ID, unplaced), unplaced, strict=True))
-            if len(specs) > 2 * len(pending) + 1024:  # forget the specs no longer queued
-                queued = {id(w.spec) for w in pending}
-                self.kept.specs = {k: v for k, v in specs.items() if k in queued}
+            else:  # placed: an explanation it had is not the last plan's
+                memo.unplaced = None
+        if self.kept is not None and len(self.specs) > 2 * len(pending) + 1024:
+            queued = {id(w.spec) for w in pending}  # forget the specs no longer queued
+            self.kept.specs = {k: v for k, v in self.specs.items() if k in queued}
         taken = frozenset(p.workload_id for p in self.preemptions)
         moves = consolidate(self.capacity, self.running, self.policy, self.now, self._onprem, taken)
         self.preemptions.extend(moves)
@@ -257,12 +230,32 @@ class _Planner:
             placements=tuple(self.placements),
             preemptions=tuple(self.preemptions),
             unplaced=tuple(self.unplaced),
+            explained=tuple(fresh) if self.kept is not None else None,
         )
 
-    def _decide(self, workload: Workload, cls: PriorityClass, info: SpecInfo | None = None) -> None:
-        """Place, preempt for or explain one workload (`info`: its spec's, when known)."""
+    def _key(self, workload: Workload, cls: PriorityClass, memo: Memo) -> tuple[object, ...]:
+        """The workload's equivalence class in this plan: workloads of one class get the same
+        answer while nothing is booked. Kept in `memo` unless it changes with time."""
         spec = workload.spec
-        if info is None:
+        info = self.specs.get(id(spec))
+        if info is None or info.spec is not spec:
+            info = self._spec(spec)
+        key: tuple[object, ...]
+        if workload.attained_gpu_s:  # another level may take other victims (ordering)
+            key = (cls.value, info.kind, pending_level(workload, self.policy.ordering, self.now))
+        else:
+            key = (cls.value, info.kind)
+        if workload.avoid_spokes:  # fewer spokes than alike work: maybe none at all
+            key = (*key, workload.avoid_spokes)
+        if not workload.attained_gpu_s:
+            memo.key = key
+        return key
+
+    def _decide(self, workload: Workload, cls: PriorityClass) -> None:
+        """Place, preempt for or explain one workload."""
+        spec = workload.spec
+        info = self.specs.get(id(spec))
+        if info is None or info.spec is not spec:
             info = self._spec(spec)
         team = self.policy.team(spec.team)
         reserved_key = spec.team if self.capacity.has_reserved else ""

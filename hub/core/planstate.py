@@ -24,7 +24,7 @@ arguments as `hub.core.placement.plan` and returns the same plan:
   (`Capacity.rollback`), also when the plan raises. Whatever the plan decided reaches the kept
   state only through the next snapshot and running list: the caller's truth, not the plan's.
 - **Across plans** the pools of each workload signature, the reasons a shape never fits and
-  running work in victim order (`hub.core.placement.Kept`) stay while the fleet's make-up
+  running work in victim order (`hub.core.kept.Kept`) stay while the fleet's make-up
   does; work that starts or ends is noted against its class's victim order, and filed in
   when a plan next reads that class (`hub.core.holdings.KeptOrder`). The pending queue stays
   sorted, and only what was queued, placed or changed since is filed in or taken out
@@ -42,8 +42,9 @@ from operator import is_not
 from typing import Any
 
 from hub.core.capacity import Capacity, node_free
+from hub.core.kept import Kept
 from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Spoke, Workload
-from hub.core.placement import Kept, plan_on
+from hub.core.placement import plan_on
 from hub.core.policy import Policy
 from hub.core.victims import Tally, tally
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from hub.core.model import Plan, RunningWorkload, Workload
+from hub.core.placement import plan
+from hub.core.planstate import PlanState
 from hub.core.policy import Policy, Quota, Reservation, Team
 from tests.unit.hub.core.builders import (
     checked_plan,
     fleet,
     node,
+    occupy,
     pending,
     placed,
     running,
@@ -97,3 +100,35 @@ def test_wide_gang_that_waited_holds_the_nodes_it_needs() -> None:
     fresh = run(pending("gang", at=NOW - 60, gpus=8, nodes=2), *small, policy=policy, active=busy)
     assert "holding" not in why(fresh)["gang"][1]
     assert len(placed(fresh)) == 4  # nothing held: a2's free GPUs take one more
+
+
+def test_a_queue_planned_again_unchanged_explains_nothing_anew() -> None:
+    # The hub's cycle writes only `Plan.explained` onto its records after the first plan:
+    # an explanation missing from it while it changed would leave a stale reason on a record.
+    busy = tuple(
+        running(f"r{n}", s, {n: range(8)}, gpus=8)
+        for s, n in (("s1", "a1"), ("s1", "a2"), ("s2", "b1"), ("s2", "b2"))
+    )
+    queue = [pending(f"w{i:03}", at=NOW - 1000 + i, gpus=4) for i in range(50)]
+    kept = PlanState()
+
+    def plan_kept(active: tuple[RunningWorkload, ...], policy: Policy, at: float) -> Plan:
+        return kept.plan(occupy(TWO_SPOKES, active), queue, active, policy, at)
+
+    first = plan_kept(busy, Policy(), NOW)
+    assert first.explained is not None
+    assert [u.workload_id for u in first.explained] == [f"w{i:03}" for i in range(50)]
+    again = plan_kept(busy, Policy(), NOW + 1)
+    assert again.explained == ()
+    assert all(a is b for a, b in zip(again.unplaced, first.unplaced, strict=True))
+    # Two placed on a freed node: the rest, told again that nothing fits, keep theirs.
+    freed = plan_kept(busy[1:], Policy(), NOW + 2)
+    assert set(placed(freed)) == {"w000", "w001"}
+    assert freed.explained == ()
+    del queue[:2]
+    # Another reason for each of them (a quota now caps the team): every one explained anew.
+    capped = Policy(teams=(Team("vision", quotas={"*": Quota(limit=4)}),))
+    limited = plan_kept(busy[1:], capped, NOW + 3)
+    assert limited.explained is not None
+    assert len(limited.explained) == len(limited.unplaced) == 48
+    assert plan(occupy(TWO_SPOKES, busy), queue, busy, Policy(), NOW).explained is None

@@ -6,7 +6,9 @@ hub, a spoke that stops accepting work, a node cordoned) and policy changes; aft
 the kept state's plan must equal the from-scratch plan (placements, preemptions, reasons, in
 the same order) and its state must equal one set up from scratch. A second kept state is told
 only what moved among the running work and what changed in the queue since its last plan, as
-the hub's cycle tells it, and must plan the same.
+the hub's cycle tells it, and must plan the same. Each kept state's `Plan.explained` must list
+every explanation that is not the very object its last plan gave that workload (the hub's
+cycle writes only those onto its records).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Workload
+from hub.core.model import Node, Plan, RunningWorkload, Snapshot, Unplaced, Workload
 from hub.core.placement import plan
 from hub.core.planstate import PlanState
 from hub.core.policy import Policy, Quota, Team
@@ -49,6 +51,8 @@ class World:
     moved: dict[str, RunningWorkload | None] = field(default_factory=dict)
     # Pending work queued, placed or changed since the last cycle (None: no longer pending).
     queued: dict[str, Workload | None] = field(default_factory=dict)
+    # Per kept state (by id), the explanations its last plan gave, by workload.
+    given: dict[int, dict[str, Unplaced]] = field(default_factory=dict)
 
     def queue(self, w: Workload) -> None:
         self.pending[w.id] = self.queued[w.id] = w
@@ -161,14 +165,30 @@ def check(world: World, state: PlanState, told: PlanState | None = None) -> Plan
     pending = list(world.pending.values())
     running = list(world.running.values())
     expected = plan(snapshot, pending, running, world.policy, world.now)
-    assert state.plan(snapshot, pending, running, world.policy, world.now) == expected
+    assert expected.explained is None  # from scratch: every explanation may be new
+    result = state.plan(snapshot, pending, running, world.policy, world.now)
+    assert result == expected
+    explained_since_last(world, state, result)
     assert state.verify(snapshot, running) == []
     if told is not None:  # never verified between plans: that would read `running` through
         moved, world.moved = world.moved, {}
         queued, world.queued = world.queued, {}
         result = told.plan(snapshot, pending, running, world.policy, world.now, moved, queued)
         assert result == expected
+        explained_since_last(world, told, result)
     return expected
+
+
+def explained_since_last(world: World, state: PlanState, result: Plan) -> None:
+    """An explanation `result.explained` leaves out is the object `state`'s last plan gave."""
+    assert result.explained is not None
+    fresh = {id(u) for u in result.explained}
+    assert fresh <= {id(u) for u in result.unplaced}
+    given = world.given.setdefault(id(state), {})
+    for u in result.unplaced:
+        if id(u) not in fresh:
+            assert given.get(u.workload_id) is u
+    world.given[id(state)] = {u.workload_id: u for u in result.unplaced}
 
 
 @SETTINGS
