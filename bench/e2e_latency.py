@@ -18,6 +18,11 @@ JSON (never asserts a time):
   from the steps of either.
 - `--bulk N`: submits N workloads in batches (`submit_batch`, 1,000 per batch) and prints
   `all_running_s`, from the first submission to the last workload RUNNING on its spoke.
+- `--dir DIR`: the federation's folders (store, logs, workspaces, run files) in a temporary
+  folder made under DIR instead of the system's temp folder. Every workload costs three file
+  creations (its workspace, its log, its exit file); on a file system where one costs
+  hundreds of microseconds of CPU they are a large part of a run (`--dir /dev/shm` tells the
+  federation's own cost from the file system's).
 
 Every result carries `machine_ref_us` (`bench/machine.py`): how fast the machine ran the hub's
 Python just before, to tell a slow hour from a slower commit.
@@ -435,6 +440,7 @@ def main() -> None:
     )
     parser.add_argument("--plot", type=Path, help="with --sweep/--rates: PNG of p99 by rate")
     parser.add_argument("--bulk", type=int, default=0, help="submit this many in batches")
+    parser.add_argument("--dir", type=Path, help="make the federation's folder under this one")
     parser.add_argument(
         "--replot",
         nargs="+",
@@ -450,7 +456,7 @@ def main() -> None:
         plot(series, args.plot or Path("e2e_p99_by_rate.png"))
         return
     machine_ref_us = machine.reference_us()  # before anything of ours runs beside it
-    with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpufed-bench-", dir=args.dir) as tmp:
         fed = Federation(Path(tmp), api_port=0, fleet=FLEET, policy=POLICY)
         try:
             print("starting the embedded federation", file=sys.stderr, flush=True)
