@@ -44,8 +44,6 @@ def _mtime(path: str) -> int | None:
         return None
 
 
-#: The status header value of the server's "no responders" reply.
-NO_RESPONDERS_STATUS = "503"
 #: Most messages a durable consumer fetches per round trip (it takes what is there, up to this).
 FETCH_BATCH = 256
 
@@ -494,10 +492,3 @@ class Bus:
 
     async def _on_closed(self) -> None:
         self.connected.clear()
-
-
-def no_responders(msg: Msg) -> bool:
-    """Whether `msg` is the server's "no responders" status (503) for a request with nobody
-    subscribed, rather than a reply; a plain publish with a reply subject gets one too."""
-    headers = msg.headers
-    return headers is not None and headers.get("Status") == NO_RESPONDERS_STATUS

@@ -24,6 +24,7 @@ from typing import Any
 from nats import errors
 from nats.aio.client import PING_PROTO
 from nats.aio.client import Client as _NatsClient
+from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
 
 #: What a subject may not hold: the protocol's separators (nats-py checks as much on publish).
@@ -130,3 +131,14 @@ async def connect(servers: str | list[str], **options: Any) -> Client:
     client = Client()
     await client.connect(servers, **options)
     return client
+
+
+#: The status header value of the server's "no responders" reply.
+NO_RESPONDERS_STATUS = "503"
+
+
+def no_responders(msg: Msg) -> bool:
+    """Whether `msg` is the server's "no responders" status (503) for a request with nobody
+    subscribed, rather than a reply; a plain publish with a reply subject gets one too."""
+    headers = msg.headers
+    return headers is not None and headers.get("Status") == NO_RESPONDERS_STATUS

@@ -19,7 +19,8 @@ import structlog
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from bus.client import Bus, no_responders
+from bus.client import Bus
+from bus.natsclient import no_responders
 from bus.tasks import supervise
 from schemas import (
     Assignment,
