@@ -1,8 +1,8 @@
 """Run workloads as local processes: one per assigned node, pinned with CUDA_VISIBLE_DEVICES.
 
 Each process runs in its own session (so a stop reaches its children) under a one-line shell
-wrapper that writes its exit code to a file: a restarted spoke re-adopts processes that are still
-running from their run files and learns how the others ended.
+wrapper that records its exit code (spoke.runtime.exitlog): a restarted spoke re-adopts
+processes that are still running from their run files and learns how the others ended.
 """
 
 from __future__ import annotations
@@ -23,33 +23,16 @@ from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay
+from spoke.runtime.exitlog import ExitLog
 from spoke.runtime.processes import alive, end_reason, find_wrappers, until_groups_end
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
+from spoke.runtime.wrapper import INHERITED_ENV, WRAPPER, WRAPPER_LOGGED, environment
 
 log = structlog.get_logger(__name__)
 
 
-#: Runs the command, then records its exit status in the file named by $0.
-_WRAPPER = '"$@"; code=$?; echo $code > "$0"; exit $code'
-#: The same, in the working directory named by $1 (checked to exist before the start).
-_WRAPPER_IN_DIR = 'cd -- "$1" || exit 126; shift; "$@"; code=$?; echo $code > "$0"; exit $code'
-#: What a start as the spoke's own user runs: its output appended to the log named by $1, in
-#: the working directory named by $2. The shell creates the log, not the spoke: creating a file
-#: costs ~0.3 ms of CPU on the development machine, the largest single part of a start in the
-#: spoke's event loop, and in the child it runs beside the loop instead of holding it up.
-_WRAPPER_LOGGED = (
-    'exec >>"$1" 2>&1 || exit 126; shift; cd -- "$1" || exit 126; shift; '
-    '"$@"; code=$?; echo $code > "$0"; exit $code'
-)
-#: What a workload inherits from the spoke's environment: nothing else, so the spoke's own
-#: secrets (NATS credentials, cloud keys, tokens) never reach a workload. A workload gets
-#: these, then its spec's `env`, then gpufed's own variables (CUDA_VISIBLE_DEVICES, GPUFED_*).
-INHERITED_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE",
-    "TZ", "TMPDIR",
-)  # fmt: skip
 #: How often adopted processes (not our children) are checked.
 ADOPTED_POLL_S = 0.5
 #: Longest a run of starts holds the event loop before the rest of the spoke gets a turn (to
@@ -68,6 +51,7 @@ class _Run:
     port: int | None = None  # a session's or service's own port ($GPUFED_PORT, on 127.0.0.1)
     public_port: int | None = None  # where its relay listens (the reported URL's port)
     relay: PortRelay | None = None
+    exits: int | None = None  # its exit log's generation; None: an exit file per process
 
 
 class LocalRuntime:
@@ -104,6 +88,7 @@ class LocalRuntime:
         self.load_dir = load_dir or log_dir.parent / "load"
         self._runs: dict[str, _Run] = {}
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
+        self._exits = ExitLog(self.run_dir)
         self._devnull: int | None = None  # every workload's stdin
         self._dirs_made = False
         self._turn_at = 0.0  # when a start last let the event loop run the rest of the spoke
@@ -136,12 +121,14 @@ class LocalRuntime:
         cwd, check_cwd = launch.spec.working_dir, True
         if cwd is None:
             cwd, check_cwd = self._workspace(launch), False
+        if self.run_as is None:  # another user keeps an exit file of its own (exitlog)
+            run.exits = self._exits.begin()
         # Recorded before the first process exists: a spoke killed between the spawn and the
         # pids' record still finds its processes on restart (by their exit files' paths).
-        self._journal.start(launch, run.port)
+        self._journal.start(launch, run.port, run.exits)
         try:
             for rank in range(len(launch.assignments)):
-                env = _environment(launch, rank, self._inherited)
+                env = environment(launch, rank, self._inherited)
                 env["GPUFED_LOAD_FILE"] = f"{self._load_prefix}{launch.workload_id}.load"
                 options = self._as_user(env, launch, rank)
                 if run.port is not None and rank == 0:
@@ -152,10 +139,12 @@ class LocalRuntime:
                 if options:  # another user's identity: Popen can setuid, posix_spawn not
                     # The log is the spoke's file (that user may not write in the log folder).
                     with open(log_path, "ab") as out:  # noqa: ASYNC230
-                        argv = ["/bin/sh", "-c", _WRAPPER, exit_file, *command]
+                        argv = ["/bin/sh", "-c", WRAPPER, exit_file, *command]
                         proc = await spawn_as(argv, env, out.fileno(), cwd, options)
                 else:
-                    argv = ["/bin/sh", "-c", _WRAPPER_LOGGED, exit_file, log_path, cwd]
+                    assert run.exits is not None
+                    exits = self._exits.path(run.exits)
+                    argv = ["/bin/sh", "-c", WRAPPER_LOGGED, exit_file, exits, log_path, cwd]
                     argv += command
                     checked = cwd if check_cwd else None
                     proc = spawn(argv, env, self._devnull, self._devnull, checked)
@@ -207,11 +196,14 @@ class LocalRuntime:
         for run in self._replay_journal():
             wid = run.launch.workload_id
             self._runs[wid] = run
+            if run.exits is not None:
+                self._exits.adopted(run.exits)
             if any(alive(pid, wid) for pid in run.pids):
                 adopted[wid] = run.launch.epoch
                 log.info("process_adopted", workload=wid, pids=run.pids)
                 await self._expose(run)  # the same URL as before, where its port is still free
             run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
+        self._exits.prune()
         return adopted
 
     def capabilities(self) -> RuntimeCapabilities:
@@ -378,14 +370,23 @@ class LocalRuntime:
         wid = run.launch.workload_id
         while any(alive(pid, wid) for pid in run.pids):  # noqa: ASYNC110 - no event to wait on
             await asyncio.sleep(ADOPTED_POLL_S)
-        codes = []
-        for rank in range(len(run.launch.assignments)):
-            try:
-                codes.append(int(self._exit_file(run.launch, rank).read_text().strip()))
-            except (OSError, ValueError):
-                return None, "exit_unknown"  # killed with its wrapper while the spoke was away
+        codes = [self._exit_code(run, rank) for rank in range(len(run.launch.assignments))]
+        if None in codes:
+            return None, "exit_unknown"  # killed with its wrapper while the spoke was away
         failed = [c for c in codes if c != 0]
         return (failed[0] if failed else 0), ""
+
+    def _exit_code(self, run: _Run, rank: int) -> int | None:
+        """The code rank's wrapper recorded: in the run's exit log, or in an exit file of its
+        own (another user's run, or one a spoke of before the exit log started)."""
+        path = self._exit_path(run.launch, rank)
+        if run.exits is not None:
+            return self._exits.code(run.exits, os.path.basename(path))
+        try:
+            with open(path, encoding="utf-8") as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
 
     def _kill(self, run: _Run, sig: signal.Signals) -> None:
         live = [p.pid for p in run.procs if p.returncode is None] if run.procs else run.pids
@@ -430,6 +431,9 @@ class LocalRuntime:
     def _end(self, run: _Run) -> None:
         launch = run.launch
         self._journal.end(launch)
+        if run.exits is not None:
+            self._exits.end(run.exits)
+            return
         for rank in range(len(launch.assignments)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._exit_path(launch, rank))
@@ -450,25 +454,6 @@ class LocalRuntime:
         return runs
 
 
-def _environment(launch: Launch, rank: int, inherited: dict[str, str]) -> dict[str, str]:
-    assignment = launch.assignments[rank]
-    env = dict(inherited)
-    env.update(launch.spec.env)
-    env.update(
-        {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in assignment.devices),
-            "GPUFED_WORKLOAD_ID": launch.workload_id,
-            "GPUFED_EPOCH": str(launch.epoch),
-            "GPUFED_NODE": assignment.node,
-            "GPUFED_NODE_RANK": str(rank),
-            "GPUFED_NUM_NODES": str(len(launch.assignments)),
-        }
-    )
-    if assignment.fraction is not None:
-        env["GPUFED_GPU_FRACTION"] = f"{assignment.fraction:g}"
-    return env
-
-
 def _run_from_file(data: dict[str, Any]) -> _Run:
     launch = Launch(
         workload_id=data["workload_id"],
@@ -477,10 +462,11 @@ def _run_from_file(data: dict[str, Any]) -> _Run:
         spec=WorkloadSpec.model_validate(data["spec"]),
         assignments=tuple(Assignment.model_validate(a) for a in data["assignments"]),
     )
-    port, public = data.get("port"), data.get("pub")
+    port, public, exits = data.get("port"), data.get("pub"), data.get("x")
     return _Run(
         launch=launch,
         pids=[int(p) for p in data["pids"]],
         port=None if port is None else int(port),
         public_port=None if public is None else int(public),
+        exits=None if exits is None else int(exits),
     )

@@ -6,8 +6,9 @@ find the runs that were started and not ended, and rewrites it to just those.
 
 Only the start and the end lines are flushed as they are written: the start because a spoke
 killed right after the spawn must still find its processes (it looks them up by their exit
-files' paths in /proc when the pids line is missing), the end because the exit files it
-guards are removed right after it. The pids and port lines ride along with the next flush.
+files' paths in /proc when the pids line is missing), the end because what holds its exit
+codes (its exit files, or its share of an exit log: spoke.runtime.exitlog) may go right
+after. The pids and port lines ride along with the next flush.
 
 The lines of the runs still open are kept in memory too: once the file holds
 `COMPACT_AFTER_LINES` lines it is rewritten to just those at the next end (a start line
@@ -41,8 +42,9 @@ class RunJournal:
         self._open: dict[tuple[str, int], list[str]] = {}  # each open run's lines, in order
         self._lines = 0  # in the file
 
-    def start(self, launch: Launch, port: int | None) -> None:
-        """The start of `launch` (flushed: before any of its processes exists)."""
+    def start(self, launch: Launch, port: int | None, exits: int | None = None) -> None:
+        """The start of `launch` (flushed: before any of its processes exists); `exits`: the
+        exit log generation its wrappers append to (spoke.runtime.exitlog), if any."""
         # Spec and assignments serialised by pydantic straight to JSON text: this line is
         # written for every start, and a dict round trip through json.dumps costs more.
         head = json.dumps(
@@ -53,6 +55,7 @@ class RunJournal:
                 "decision_id": launch.decision_id,
                 "pids": [],
                 "port": port,
+                "x": exits,
             },
             separators=(",", ":"),
         )
@@ -73,7 +76,7 @@ class RunJournal:
         self._note(launch, f'{{"t":"port","w":{w},"e":{e},"pub":{pub}}}\n')
 
     def end(self, launch: Launch) -> None:
-        """Its end (flushed: its exit files are removed next)."""
+        """Its end (flushed: what holds its exit codes may be removed next)."""
         w, e = json.dumps(launch.workload_id), launch.epoch
         self._open.pop((launch.workload_id, launch.epoch), None)
         if self._lines + 1 >= COMPACT_AFTER_LINES:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import spoke.runtime.exitlog as exitlog_module
 import spoke.runtime.runjournal as runjournal_module
 from schemas import Assignment, EventPhase, WorkloadSpec
 from spoke.errors import PermanentSpokeError
@@ -105,6 +106,76 @@ async def test_a_long_running_spoke_keeps_its_run_record_small_and_still_adopts_
         await second.close()
     assert (events[-1].phase, events[-1].exit_code) == (EventPhase.FAILED, 4)
     assert sum(e.phase is EventPhase.SUCCEEDED for e in events) == 15
+
+
+async def test_runs_leave_no_file_each_and_one_open_across_rotations_is_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's wrapper appends its exit code to a shared exit log instead of making a file of
+    its own (a file creation is the dearest part of a start on some file systems). The log
+    rotates; a run open across rotations, whose spoke is killed, still ends with its code."""
+    monkeypatch.setattr(exitlog_module, "ROTATE_AFTER", 3)
+    release = tmp_path / "release"
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    first = LocalRuntime(sink, tmp_path / "logs")
+    await first.start(_launch("long", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 4"))
+    for n in range(10):
+        await first.start(_launch(f"short{n}", "exit 0"))
+        await wait_until(
+            lambda seen=2 * (n + 1) + 1: len(events) == seen, timeout=10, what=f"short{n}'s end"
+        )
+    await first.close()  # `long` runs on, as after a SIGKILL of the spoke
+    # long's generation (still open) and the current one; nothing per run
+    assert sorted(p.name for p in first.run_dir.iterdir()) == [
+        "exits-0.txt", "exits-3.txt", "runs.jsonl"
+    ]  # fmt: skip
+
+    second = LocalRuntime(sink, tmp_path / "logs")
+    try:
+        assert await second.adopt() == {"long": 1}
+        assert sorted(p.name for p in second.run_dir.iterdir()) == ["exits-0.txt", "runs.jsonl"]
+        release.touch()
+        await wait_until(lambda: events[-1].workload_id == "long", timeout=10, what="long's end")
+    finally:
+        await second.close()
+    assert (events[-1].phase, events[-1].exit_code) == (EventPhase.FAILED, 4)
+    assert [p.name for p in second.run_dir.iterdir()] == ["runs.jsonl"]
+
+
+async def test_a_run_an_older_spoke_started_is_adopted_with_the_code_from_its_exit_file(
+    tmp_path: Path,
+) -> None:
+    """A spoke upgraded while its workloads run: the runs the old version started name no exit
+    log in runs.jsonl, and their wrappers write an exit file each."""
+    release = tmp_path / "release"
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    first = LocalRuntime(sink, tmp_path / "logs")
+    await first.start(_launch("old", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 9"))
+    await first.close()
+    journal = first.journal_path
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    for record in lines:
+        record.pop("x", None)  # as the old version wrote it
+    journal.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+    second = LocalRuntime(sink, tmp_path / "logs")
+    try:
+        assert await second.adopt() == {"old": 1}
+        (second.run_dir / "old-e1-r0.exit").write_text("5\n")  # what the old wrapper wrote
+        release.touch()
+        await wait_until(lambda: len(events) == 2, timeout=10, what="old's end")
+    finally:
+        await second.close()
+    assert (events[-1].phase, events[-1].exit_code) == (EventPhase.FAILED, 5)
+    assert not (second.run_dir / "old-e1-r0.exit").exists()
 
 
 async def _run_to_end(runtime: LocalRuntime, launch: Launch, events: list[RuntimeEvent]) -> str:

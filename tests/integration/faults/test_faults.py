@@ -234,7 +234,7 @@ async def test_restarted_spoke_readopts_its_work_and_reports_its_end_once(
     fed.start_spoke(fed.spoke("eu-1"))  # same state dir: re-adopts them
     records = await wait_terminal(client, set(ids), timeout=60)
     assert [records[w]["phase"] for w in ids] == ["succeeded", "succeeded", "failed"]
-    assert records[ids[2]]["exit_code"] == 3  # learnt from the exit file after adoption
+    assert records[ids[2]]["exit_code"] == 3  # learnt from the exit log after adoption
     assert {records[w]["epoch"] for w in ids} == {1}  # never moved, never restarted
     assert Counter(w for w, _ in runs(log)) == dict.fromkeys(ids, 1)
 
