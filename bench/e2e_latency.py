@@ -19,10 +19,10 @@ JSON (never asserts a time):
 - `--bulk N`: submits N workloads in batches (`submit_batch`, 1,000 per batch) and prints
   `all_running_s`, from the first submission to the last workload RUNNING on its spoke.
 - `--dir DIR`: the federation's folders (store, logs, workspaces, run files) in a temporary
-  folder made under DIR instead of the system's temp folder. Every workload costs three file
-  creations (its workspace, its log, its exit file); on a file system where one costs
-  hundreds of microseconds of CPU they are a large part of a run (`--dir /dev/shm` tells the
-  federation's own cost from the file system's).
+  folder made under DIR instead of the system's temp folder. Every workload costs two file
+  creations (its workspace and its log; its exit code is a line appended to the spoke's exit
+  log); on a file system where one costs hundreds of microseconds of CPU they are a large part
+  of a run (`--dir /dev/shm` tells the federation's own cost from the file system's).
 
 Every result carries `machine_ref_us` (`bench/machine.py`): how fast the machine ran the hub's
 Python just before, to tell a slow hour from a slower commit.
