@@ -17,7 +17,7 @@ import spoke.runtime.exitlog as exitlog_module
 import spoke.runtime.runjournal as runjournal_module
 from schemas import Assignment, EventPhase, WorkloadSpec
 from spoke.errors import PermanentSpokeError
-from spoke.ports import Launch, RuntimeEvent
+from spoke.ports import EventSink, Launch, RuntimeEvent
 from spoke.runtime.local import LocalRuntime
 from spoke.runtime.runas import RunAs
 from tests.support.wait import wait_until
@@ -71,6 +71,29 @@ def _launch(workload_id: str, script: str) -> Launch:
     )
 
 
+async def _long_then_short_runs(
+    tmp_path: Path, shorts: int, *, name: str = "long", code: int = 4
+) -> tuple[LocalRuntime, EventSink, list[RuntimeEvent]]:
+    """A runtime that started `name` (runs until `tmp_path/release` exists, then exits `code`),
+    then `shorts` runs of `exit 0` one after another, each to its end; its sink and the events."""
+    release = tmp_path / "release"
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    runtime = LocalRuntime(sink, tmp_path / "logs")
+    script = f"while [ ! -e {release} ]; do sleep 0.05; done; exit {code}"
+    await runtime.start(_launch(name, script))
+    for n in range(shorts):
+        await runtime.start(_launch(f"short{n}", "exit 0"))
+        # RUNNING and SUCCEEDED of each so far, and long's RUNNING
+        await wait_until(
+            lambda seen=2 * (n + 1) + 1: len(events) == seen, timeout=10, what=f"short{n}'s end"
+        )
+    return runtime, sink, events
+
+
 async def test_a_long_running_spoke_keeps_its_run_record_small_and_still_adopts_after_a_kill(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,20 +101,8 @@ async def test_a_long_running_spoke_keeps_its_run_record_small_and_still_adopts_
     would keep (and read through on its next start) every one of them. The file is rewritten
     to the open runs once it grows; a run open across the rewrite is still adopted."""
     monkeypatch.setattr(runjournal_module, "COMPACT_AFTER_LINES", 12)
-    release = tmp_path / "release"
-    events: list[RuntimeEvent] = []
-
-    async def sink(event: RuntimeEvent) -> None:
-        events.append(event)
-
-    first = LocalRuntime(sink, tmp_path / "logs")
-    await first.start(_launch("long", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 4"))
-    for n in range(15):  # 15 short runs: 45 lines written, more than three rewrites' worth
-        await first.start(_launch(f"short{n}", "exit 0"))
-        # RUNNING and SUCCEEDED of each so far, and long's RUNNING
-        await wait_until(
-            lambda seen=2 * (n + 1) + 1: len(events) == seen, timeout=10, what=f"short{n}'s end"
-        )
+    # 15 short runs: 45 lines written, more than three rewrites' worth
+    first, sink, events = await _long_then_short_runs(tmp_path, 15)
     journal = first.journal_path
     await first.close()  # `long` runs on, as after a SIGKILL of the spoke
     assert len(journal.read_text().splitlines()) < 12
@@ -100,7 +111,7 @@ async def test_a_long_running_spoke_keeps_its_run_record_small_and_still_adopts_
     second = LocalRuntime(sink, tmp_path / "logs")
     try:
         assert await second.adopt() == {"long": 1}  # the short ones ended: nothing to adopt
-        release.touch()
+        (tmp_path / "release").touch()
         await wait_until(lambda: events[-1].workload_id == "long", timeout=10, what="long's end")
     finally:
         await second.close()
@@ -115,19 +126,7 @@ async def test_runs_leave_no_file_each_and_one_open_across_rotations_is_adopted(
     its own (a file creation is the dearest part of a start on some file systems). The log
     rotates; a run open across rotations, whose spoke is killed, still ends with its code."""
     monkeypatch.setattr(exitlog_module, "ROTATE_AFTER", 3)
-    release = tmp_path / "release"
-    events: list[RuntimeEvent] = []
-
-    async def sink(event: RuntimeEvent) -> None:
-        events.append(event)
-
-    first = LocalRuntime(sink, tmp_path / "logs")
-    await first.start(_launch("long", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 4"))
-    for n in range(10):
-        await first.start(_launch(f"short{n}", "exit 0"))
-        await wait_until(
-            lambda seen=2 * (n + 1) + 1: len(events) == seen, timeout=10, what=f"short{n}'s end"
-        )
+    first, sink, events = await _long_then_short_runs(tmp_path, 10)
     await first.close()  # `long` runs on, as after a SIGKILL of the spoke
     # long's generation (still open) and the current one; nothing per run
     assert sorted(p.name for p in first.run_dir.iterdir()) == [
@@ -138,7 +137,7 @@ async def test_runs_leave_no_file_each_and_one_open_across_rotations_is_adopted(
     try:
         assert await second.adopt() == {"long": 1}
         assert sorted(p.name for p in second.run_dir.iterdir()) == ["exits-0.txt", "runs.jsonl"]
-        release.touch()
+        (tmp_path / "release").touch()
         await wait_until(lambda: events[-1].workload_id == "long", timeout=10, what="long's end")
     finally:
         await second.close()
@@ -151,14 +150,7 @@ async def test_a_run_an_older_spoke_started_is_adopted_with_the_code_from_its_ex
 ) -> None:
     """A spoke upgraded while its workloads run: the runs the old version started name no exit
     log in runs.jsonl, and their wrappers write an exit file each."""
-    release = tmp_path / "release"
-    events: list[RuntimeEvent] = []
-
-    async def sink(event: RuntimeEvent) -> None:
-        events.append(event)
-
-    first = LocalRuntime(sink, tmp_path / "logs")
-    await first.start(_launch("old", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 9"))
+    first, sink, events = await _long_then_short_runs(tmp_path, 0, name="old", code=9)
     await first.close()
     journal = first.journal_path
     lines = [json.loads(line) for line in journal.read_text().splitlines()]
@@ -170,7 +162,7 @@ async def test_a_run_an_older_spoke_started_is_adopted_with_the_code_from_its_ex
     try:
         assert await second.adopt() == {"old": 1}
         (second.run_dir / "old-e1-r0.exit").write_text("5\n")  # what the old wrapper wrote
-        release.touch()
+        (tmp_path / "release").touch()
         await wait_until(lambda: len(events) == 2, timeout=10, what="old's end")
     finally:
         await second.close()
