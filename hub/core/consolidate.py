@@ -27,15 +27,15 @@ from collections.abc import Callable, Sequence
 
 from hub.core.capacity import Capacity
 from hub.core.fit import Fit, Sig, find, model_rank, take
-from hub.core.model import Preemption, RunningWorkload
+from hub.core.model import Preemption, RunningWorkload, SpecLike
 from hub.core.policy import Policy
-from schemas import SpokeKind, WorkloadKind, WorkloadSpec
+from schemas import SpokeKind, WorkloadKind
 
 #: How every consolidation preemption's reason starts (machines may match on it).
 CONSOLIDATE = "consolidate"
 
 #: The on-prem pools a spec may use (its signature without cloud spokes).
-OnPrem = Callable[[WorkloadSpec], Sig]
+OnPrem = Callable[[SpecLike], Sig]
 
 
 def consolidate(
@@ -64,14 +64,14 @@ def consolidate(
         and r.assignments
         and r.id not in taken
         and now - r.started_at >= rule.after_s
-        and _movable(r.spec, policy)
+        and _movable(r.need, policy)
     ]
     candidates.sort(key=lambda r: (r.started_at, r.id))
     out: list[Preemption] = []
     for r in candidates:
         if len(out) >= rule.max_per_cycle:
             break
-        fit = _onprem_fit(onprem(r.spec), r.spec)
+        fit = _onprem_fit(onprem(r.need), r.need)
         if fit is None:
             continue
         take(fit)
@@ -87,12 +87,12 @@ def consolidate(
     return out
 
 
-def _movable(spec: WorkloadSpec, policy: Policy) -> bool:
+def _movable(spec: SpecLike, policy: Policy) -> bool:
     cls = policy.priority_class(spec.priority_class)
     return spec.kind == WorkloadKind.JOB and cls is not None and cls.preemptible
 
 
-def _onprem_fit(sig: Sig, spec: WorkloadSpec) -> Fit | None:
+def _onprem_fit(sig: Sig, spec: SpecLike) -> Fit | None:
     best: Fit | None = None
     for model in sig.by_model:
         fit = find(sig, spec, model, model_rank(spec, model))

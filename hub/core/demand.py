@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hub.core.model import Reason, Unplaced, Workload
+from hub.core.model import Reason, SpecLike, Unplaced, Workload
 from hub.core.policy import Policy
-from schemas import WorkloadSpec
 from schemas.burst import MAX_DEMAND_ITEMS, MAX_WORKLOAD_IDS, DemandItem, DemandReport
 
 #: Reasons that more capacity would cure. Work waiting on its team's limit, on preemption of
@@ -44,7 +43,7 @@ def unplaceable_demand(
         workload = pending.get(item.workload_id)
         if workload is None:
             continue
-        spec = workload.spec
+        spec = workload.need
         may_burst = bursts.get(spec.team)
         if may_burst is None:
             may_burst = bursts[spec.team] = policy.team(spec.team).may_burst
@@ -78,7 +77,7 @@ def unplaceable_demand(
     return DemandReport(items=tuple(items[:MAX_DEMAND_ITEMS]), sent_at=now, seq=seq)
 
 
-def _group_key(spec: WorkloadSpec, policy: Policy) -> _Key:
+def _group_key(spec: SpecLike, policy: Policy) -> _Key:
     klass = policy.priority_class(spec.priority_class)
     return (
         spec.team,

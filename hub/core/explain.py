@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from hub.core.capacity import Capacity, Pool
 from hub.core.fit import runs_on
-from hub.core.model import Reason
+from hub.core.model import Reason, SpecLike
 from hub.core.policy import Team
-from schemas import WorkloadSpec
 
 Why = tuple[Reason, str]
 
 
 def never_fits(
-    spec: WorkloadSpec,
+    spec: SpecLike,
     team: Team,
     capacity: Capacity,
     eligible: list[Pool],
@@ -82,7 +81,7 @@ def never_fits(
     return None if _shape_exists(spec, runnable) else _never(spec)
 
 
-def _refused(spec: WorkloadSpec, pools: list[Pool], avoid: frozenset[str]) -> Why:
+def _refused(spec: SpecLike, pools: list[Pool], avoid: frozenset[str]) -> Why:
     where = _where(spec)
     if all(p.spoke_id in avoid for p in pools):
         spokes = ", ".join(sorted({p.spoke_id for p in pools}))
@@ -98,7 +97,7 @@ def _refused(spec: WorkloadSpec, pools: list[Pool], avoid: frozenset[str]) -> Wh
     return (Reason.RUNTIME_REFUSES, f"no spoke{where} with {_gpus(spec)} runs it: {why}")
 
 
-def _never(spec: WorkloadSpec) -> Why:
+def _never(spec: SpecLike) -> Why:
     where = _where(spec)
     if spec.nodes > 1:
         text = f"no spoke{where} has {spec.nodes} nodes with {spec.gpus_per_node} "
@@ -108,7 +107,7 @@ def _never(spec: WorkloadSpec) -> Why:
     return (Reason.SHAPE_NEVER_FITS, text)
 
 
-def no_room(spec: WorkloadSpec) -> Why:
+def no_room(spec: SpecLike) -> Why:
     """The shape fits the fleet but not the devices free right now."""
     where = _where(spec)
     models = models_text(spec) or "GPUs"
@@ -138,7 +137,7 @@ def unknown_class(name: str) -> Why:
     )
 
 
-def models_text(spec: WorkloadSpec) -> str:
+def models_text(spec: SpecLike) -> str:
     """'H100', 'H100 or A100', or '' when any model will do."""
     if not spec.gpu_models:
         return ""
@@ -147,17 +146,17 @@ def models_text(spec: WorkloadSpec) -> str:
     return ", ".join(spec.gpu_models[:-1]) + " or " + spec.gpu_models[-1]
 
 
-def _gpus(spec: WorkloadSpec) -> str:
+def _gpus(spec: SpecLike) -> str:
     models = models_text(spec)
     return f"{models} GPUs" if models else "GPUs"
 
 
-def _prefix(spec: WorkloadSpec) -> str:
+def _prefix(spec: SpecLike) -> str:
     models = models_text(spec)
     return f"{models} " if models else ""
 
 
-def _where(spec: WorkloadSpec) -> str:
+def _where(spec: SpecLike) -> str:
     regions = spec.affinity.required_regions
     return f" in region {', '.join(regions)}" if regions else ""
 
@@ -166,7 +165,7 @@ def _labels(labels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def _shape_exists(spec: WorkloadSpec, pools: list[Pool]) -> bool:
+def _shape_exists(spec: SpecLike, pools: list[Pool]) -> bool:
     g = spec.gpus_per_node
     if spec.nodes == 1:
         return any(pool.nodes_with(g) for pool in pools)

@@ -45,7 +45,7 @@ def with_classes(
     entries: list[tuple[Workload, PriorityClass]] = []
     unknown: list[Workload] = []
     for workload in pending:
-        cls = classes.get(workload.spec.priority_class)
+        cls = classes.get(workload.need.priority_class)
         if cls is None:
             unknown.append(workload)
         else:
@@ -96,7 +96,7 @@ def queue_order(
             band += aging.step * int(waited // aging.interval_s)
             if band > cap:
                 band = cap
-        team = workload.spec.team
+        team = workload.need.team
         if last is None or last[0] != band or last[1] != team:  # a run of one team and band
             last = (band, team)
             last_queue = bands.setdefault(band, {}).setdefault(team, [])

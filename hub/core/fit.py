@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hub.core.capacity import EPS, Capacity, Pool, Tier
-from schemas import Assignment, WorkloadSpec
+from hub.core.model import SpecLike
+from schemas import Assignment
 
 SigKey = tuple[object, ...]
 
@@ -84,7 +85,7 @@ class Fit:
 
 
 def capability_needs(
-    spec: WorkloadSpec, avoid: frozenset[str], capacity: Capacity
+    spec: SpecLike, avoid: frozenset[str], capacity: Capacity
 ) -> tuple[object, ...]:
     """What narrows a workload's pools beyond models and affinity: runtime limits, refusals.
 
@@ -96,7 +97,7 @@ def capability_needs(
     return (spec.nodes, spec.gpu_fraction is not None, spec.kind, tuple(sorted(avoid)))
 
 
-def runs_on(pool: Pool, spec: WorkloadSpec, avoid: frozenset[str]) -> bool:
+def runs_on(pool: Pool, spec: SpecLike, avoid: frozenset[str]) -> bool:
     """Whether the pool's spoke would run `spec`: its runtime can, and it has not refused it."""
     if pool.spoke_id in avoid:
         return False
@@ -106,7 +107,7 @@ def runs_on(pool: Pool, spec: WorkloadSpec, avoid: frozenset[str]) -> bool:
 
 
 def sig_key(
-    spec: WorkloadSpec,
+    spec: SpecLike,
     may_burst: bool,
     team: str,
     needs: tuple[object, ...] = (),
@@ -119,7 +120,7 @@ def sig_key(
     return (spec.gpu_models, akey, may_burst, team, needs)
 
 
-def affinity_key(spec: WorkloadSpec) -> tuple[object, ...]:
+def affinity_key(spec: SpecLike) -> tuple[object, ...]:
     """The part of a signature its affinity decides."""
     aff = spec.affinity
     if aff.required_regions or aff.preferred_regions or aff.required_labels or aff.preferred_labels:
@@ -134,7 +135,7 @@ def affinity_key(spec: WorkloadSpec) -> tuple[object, ...]:
 
 def build_sig(
     key: SigKey,
-    spec: WorkloadSpec,
+    spec: SpecLike,
     capacity: Capacity,
     may_burst: bool,
     team: str,
@@ -199,12 +200,12 @@ def fresh_sig(static: Sig) -> Sig:
     return sig
 
 
-def model_rank(spec: WorkloadSpec, model: str) -> int:
+def model_rank(spec: SpecLike, model: str) -> int:
     """0 for the most preferred acceptable model; every model ranks 0 when any will do."""
     return spec.gpu_models.index(model) if spec.gpu_models else 0
 
 
-def find(sig: Sig, spec: WorkloadSpec, model: str, rank: int) -> Fit | None:
+def find(sig: Sig, spec: SpecLike, model: str, rank: int) -> Fit | None:
     """The best spot for `spec` on `model` GPUs, or None (remembered for the cycle)."""
     if spec.gpu_fraction is not None:
         failed_f = sig.fail_frac.get(model)

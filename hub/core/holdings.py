@@ -29,6 +29,7 @@ class Holding:
         "order",
         "preemptible",
         "preempting",
+        "spoke_id",
         "started_at",
         "team",
         "value",
@@ -44,11 +45,12 @@ class Holding:
     ) -> None:
         self.workload = workload
         self.id = workload.id
-        self.team = workload.spec.team
+        self.spoke_id = workload.spoke_id  # read for every candidate a search passes
+        self.team = workload.need.team
         self.started_at = workload.started_at
         self.preempting = workload.preempting
         self.model = model
-        self.amount = workload.spec.total_gpus
+        self.amount = workload.need.total_gpus
         self.value = cls.value if cls is not None else 0
         self.preemptible = cls.preemptible if cls is not None else False  # unknown: keep it
         self.order = (self.value, -self.started_at, self.id)  # its place in victim order

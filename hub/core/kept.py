@@ -9,8 +9,8 @@ from __future__ import annotations
 from hub.core import explain
 from hub.core.fit import Sig, affinity_key
 from hub.core.holdings import KeptOrder
+from hub.core.model import SpecLike
 from hub.core.pendingorder import KeptQueue
-from schemas import WorkloadSpec
 
 
 class Kept:
@@ -27,18 +27,19 @@ class Kept:
         self.sigs: dict[object, Sig] = {}
         self.never: dict[tuple[object, ...], explain.Why | None] = {}
         self.order = KeptOrder()
-        # id(spec) -> what is worked out from the spec alone, for specs queued lately
+        # id(need) -> what is worked out from a pending view's spec alone (`Workload.need`,
+        # one per view), for views queued lately
         self.specs: dict[int, SpecInfo] = {}
         # (team, shape, signature) -> a number for it, in a plan's equivalence classes
         self.kinds: dict[tuple[object, ...], int] = {}
 
 
 class SpecInfo:
-    """What a plan works out from a workload's spec alone (kept while the spec is queued)."""
+    """What a plan works out from a workload's spec alone (kept while its view is queued)."""
 
     __slots__ = ("akey", "kind", "no_room", "spec")
 
-    def __init__(self, spec: WorkloadSpec) -> None:
+    def __init__(self, spec: SpecLike) -> None:
         self.spec = spec  # held, so its id stays its own while this is kept
         self.akey = affinity_key(spec)
         self.no_room: explain.Why | None = None  # explain.no_room(spec), once asked

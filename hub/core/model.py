@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
-from schemas import Assignment, RuntimeCapabilities, SpokeKind, WorkloadSpec
+from schemas import Assignment, RuntimeCapabilities, SpokeKind, WorkloadKind, WorkloadSpec
+from schemas.workloads import Affinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,61 @@ class Snapshot:
     spokes: tuple[Spoke, ...]
 
 
+class SpecLike(Protocol):
+    """What placement reads of a workload's spec: a `WorkloadSpec`, or its `Need`."""
+
+    @property
+    def team(self) -> str: ...
+    @property
+    def priority_class(self) -> str: ...
+    @property
+    def kind(self) -> WorkloadKind: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def gpu_fraction(self) -> float | None: ...
+    @property
+    def gpu_models(self) -> tuple[str, ...]: ...
+    @property
+    def affinity(self) -> Affinity: ...
+    @property
+    def total_gpus(self) -> float: ...
+
+
+class Need:
+    """A spec's fields that placement reads, copied into slots once per view.
+
+    A plan reads these a few dozen times per decision and per running workload it looks at;
+    from a pydantic model each read goes through the instance's `__dict__`, a separate object
+    in memory, and `total_gpus` is a computed property. Read only, as the spec it copies.
+    """
+
+    __slots__ = (
+        "affinity",
+        "gpu_fraction",
+        "gpu_models",
+        "gpus_per_node",
+        "kind",
+        "nodes",
+        "priority_class",
+        "team",
+        "total_gpus",
+    )
+
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self.team: str = spec.team
+        self.priority_class: str = spec.priority_class
+        self.kind: WorkloadKind = spec.kind
+        self.nodes: int = spec.nodes
+        self.gpus_per_node: int = spec.gpus_per_node
+        self.gpu_fraction: float | None = spec.gpu_fraction
+        self.gpu_models: tuple[str, ...] = spec.gpu_models
+        self.affinity: Affinity = spec.affinity
+        self.total_gpus: float = spec.total_gpus
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """A workload waiting for GPUs."""
@@ -60,6 +117,10 @@ class Workload:
     avoid_spokes: frozenset[str] = frozenset()
     # GPU-seconds it has run so far (earlier attempts): least attained service (ordering).
     attained_gpu_s: float = 0.0
+    need: Need = field(init=False, repr=False, compare=False)  # `spec`, as placement reads it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "need", Need(self.spec))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +140,10 @@ class RunningWorkload:
     preempted_for: str | None = None
     # GPU-seconds run in earlier attempts (this one's run since started_at comes on top).
     attained_gpu_s: float = 0.0
+    need: Need = field(init=False, repr=False, compare=False)  # `spec`, as placement reads it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "need", Need(self.spec))
 
 
 class Reason(StrEnum):

@@ -43,7 +43,7 @@ from hub.core.victims import Victims
 
 def attained(r: RunningWorkload, now: float) -> float:
     """GPU-seconds `r` has run: earlier attempts plus this one so far."""
-    return r.attained_gpu_s + max(0.0, now - r.started_at) * r.spec.total_gpus
+    return r.attained_gpu_s + max(0.0, now - r.started_at) * r.need.total_gpus
 
 
 def level_of(service: float, ordering: Ordering) -> int:
@@ -59,7 +59,7 @@ def pending_level(w: Workload, ordering: Ordering, now: float) -> int:
         return 0
     level = level_of(w.attained_gpu_s, ordering)
     if level and ordering.promote_knob > 0:
-        ran = w.attained_gpu_s / max(w.spec.total_gpus, EPS)
+        ran = w.attained_gpu_s / max(w.need.total_gpus, EPS)
         if now - w.submitted_at - ran >= ordering.promote_knob * ran:
             return 0
     return level

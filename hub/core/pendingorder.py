@@ -148,7 +148,7 @@ class KeptQueue:
             if w is None:
                 continue
             views[wid] = w
-            cls = classes.get(w.spec.priority_class)
+            cls = classes.get(w.need.priority_class)
             if cls is None:
                 self._unknown[wid] = w
                 continue
@@ -157,7 +157,7 @@ class KeptQueue:
                 self._claims[wid] = entry
                 of[wid] = (entry, None)
             else:
-                group = (w.spec.team, cls.name)
+                group = (w.need.team, cls.name)
                 new.setdefault(group, []).append(entry)
                 of[wid] = (entry, group)
         for group, entries in gone.items():

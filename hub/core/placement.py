@@ -47,6 +47,7 @@ from hub.core.model import (
     Preemption,
     RunningWorkload,
     Snapshot,
+    SpecLike,
     Unplaced,
     Workload,
 )
@@ -56,7 +57,6 @@ from hub.core.preemption import Rescue, claim, rescue
 from hub.core.quotas import Block, Ledger
 from hub.core.reserve import hold, oldest_starts
 from hub.core.victims import Tally, Victims, tally
-from schemas import WorkloadSpec
 
 
 def plan(
@@ -168,7 +168,7 @@ class _Planner:
                 self.undecided.update(w.id for w, _ in entries if w.id in earmarked)
             order = queue_order(entries, self.policy, self.now, self.ledger.share)
         for workload in unknown:  # first, oldest first
-            why = explain.unknown_class(workload.spec.priority_class)
+            why = explain.unknown_class(workload.need.priority_class)
             self.unplaced.append(Unplaced(workload.id, *why))
         failed = self.failed
         unplaced = self.unplaced
@@ -221,7 +221,7 @@ class _Planner:
             else:  # placed: an explanation it had is not the last plan's
                 memo.unplaced = None
         if self.kept is not None and len(self.specs) > 2 * len(pending) + 1024:
-            queued = {id(w.spec) for w in pending}  # forget the specs no longer queued
+            queued = {id(w.need) for w in pending}  # forget the specs no longer queued
             self.kept.specs = {k: v for k, v in self.specs.items() if k in queued}
         taken = frozenset(p.workload_id for p in self.preemptions)
         moves = consolidate(self.capacity, self.running, self.policy, self.now, self._onprem, taken)
@@ -236,7 +236,7 @@ class _Planner:
     def _key(self, workload: Workload, cls: PriorityClass, memo: Memo) -> tuple[object, ...]:
         """The workload's equivalence class in this plan: workloads of one class get the same
         answer while nothing is booked. Kept in `memo` unless it changes with time."""
-        spec = workload.spec
+        spec = workload.need
         info = self.specs.get(id(spec))
         if info is None or info.spec is not spec:
             info = self._spec(spec)
@@ -253,7 +253,7 @@ class _Planner:
 
     def _decide(self, workload: Workload, cls: PriorityClass) -> None:
         """Place, preempt for or explain one workload."""
-        spec = workload.spec
+        spec = workload.need
         info = self.specs.get(id(spec))
         if info is None or info.spec is not spec:
             info = self._spec(spec)
@@ -314,15 +314,15 @@ class _Planner:
                 message += f"; holding {spec.nodes} nodes of spoke {spoke} for it"
         self.unplaced.append(Unplaced(workload.id, reason, message))
 
-    def _spec(self, spec: WorkloadSpec) -> SpecInfo:
-        """What is worked out from `spec` alone, once a spec while it stays queued."""
+    def _spec(self, spec: SpecLike) -> SpecInfo:
+        """What is worked out from `spec` (a view's `need`) alone, once while it is queued."""
         found = self.specs.get(id(spec))
         if found is None or found.spec is not spec:  # new, or the id of a spec gone since
             found = self.specs[id(spec)] = SpecInfo(spec)
             found.kind = self._kind(spec, found)
         return found
 
-    def _kind(self, spec: WorkloadSpec, info: SpecInfo) -> int:
+    def _kind(self, spec: SpecLike, info: SpecInfo) -> int:
         """A number for the spec's team, shape and signature (the same for equal ones)."""
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
         key = (spec.team, shape, sig_key(spec, False, "", (), info.akey))
@@ -331,7 +331,7 @@ class _Planner:
             kind = self.kinds[key] = len(self.kinds)
         return kind
 
-    def _onprem(self, spec: WorkloadSpec) -> Sig:
+    def _onprem(self, spec: SpecLike) -> Sig:
         """`spec`'s pools without cloud spokes (where consolidated work goes)."""
         reserved_key = spec.team if self.capacity.has_reserved else ""
         needs = capability_needs(spec, frozenset(), self.capacity)
@@ -341,7 +341,7 @@ class _Planner:
             sig = self.sigs[key] = self._sig(key, spec, False, frozenset())
         return sig
 
-    def _sig(self, key: SigKey, spec: WorkloadSpec, may_burst: bool, avoid: frozenset[str]) -> Sig:
+    def _sig(self, key: SigKey, spec: SpecLike, may_burst: bool, avoid: frozenset[str]) -> Sig:
         """A signature with fresh failure caches (free devices change between plans)."""
         kept = self.kept
         static = kept.sigs.get(key) if kept is not None else None
@@ -355,7 +355,7 @@ class _Planner:
 
     def _may_hold(self, workload: Workload) -> bool:
         """A wide gang that waited long enough, while this plan may still hold nodes."""
-        rule, spec = self.policy.reservation, workload.spec
+        rule, spec = self.policy.reservation, workload.need
         return (
             0 < rule.min_gpus <= spec.total_gpus
             and spec.gpu_fraction is None
@@ -364,7 +364,7 @@ class _Planner:
         )
 
     def _never_fits(
-        self, spec: WorkloadSpec, sig: Sig, team: Team, avoid: frozenset[str]
+        self, spec: SpecLike, sig: Sig, team: Team, avoid: frozenset[str]
     ) -> explain.Why | None:
         """Why `spec` can never fit, remembered per signature and shape (and team)."""
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction is None)
@@ -384,7 +384,7 @@ class _Planner:
         """The cheapest way over all acceptable models to make room by preemption."""
         if not self.running:
             return None
-        spec = workload.spec
+        spec = workload.need
         victims = self._victims_index()
         best: Rescue | None = None
         shape = (spec.nodes, spec.gpus_per_node, spec.gpu_fraction)
@@ -427,7 +427,7 @@ class _Planner:
         return best
 
     def _apply(self, workload: Workload, cls: PriorityClass, found: Rescue) -> None:
-        spec = workload.spec
+        spec = workload.need
         claim(found, self._victims_index())
         room = self.ledger.room(spec.team, found.model, cls.value)
         reclaims = spec.total_gpus <= room + EPS  # else other teams' work is taken for LAS
@@ -451,9 +451,7 @@ class _Planner:
                 )
                 if self.policy.window is not None:
                     text += f" under policy window {self.policy.window}"
-            self.preemptions.append(
-                Preemption(h.id, h.workload.spoke_id, text, for_workload=workload.id)
-            )
+            self.preemptions.append(Preemption(h.id, h.spoke_id, text, for_workload=workload.id))
         waiting_for = tuple(h.id for h in (*found.waits, *found.victims))
         reason, message = explain.waiting(len(waiting_for))
         self.unplaced.append(Unplaced(workload.id, reason, message, waiting_for))

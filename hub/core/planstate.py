@@ -339,7 +339,7 @@ def _classify(r: RunningWorkload, capacity: Capacity) -> tuple[_Key | None, floa
     assignments = r.assignments
     if not assignments:
         return None, 0.0
-    spec = r.spec
+    spec = r.need
     nodes = capacity.model_of.get(r.spoke_id)
     model = nodes.get(assignments[0].node) if nodes is not None else None
     if model is None:

@@ -32,11 +32,10 @@ from itertools import chain
 from hub.core.capacity import EPS, Pool
 from hub.core.fit import Fit, Sig, free_counts
 from hub.core.holdings import VICTIM_ORDER, Holding
-from hub.core.model import Workload
+from hub.core.model import SpecLike, Workload
 from hub.core.policy import PriorityClass
 from hub.core.quotas import Ledger
 from hub.core.victims import Victims
-from schemas import WorkloadSpec
 
 Node = tuple[Pool, int]
 Hold = tuple[Pool, int, int]  # keep `count` free devices of node `index` in `pool`
@@ -74,7 +73,7 @@ def rescue(
     more candidates in victim order, other teams' borrowed work `hub.core.ordering` lets it
     take (empty under ordering `fifo`).
     """
-    spec = workload.spec
+    spec = workload.need
     team = spec.team
     amount = spec.total_gpus
     limited = ledger.limited
@@ -110,7 +109,7 @@ def rescue(
         las = list(las)  # read twice
         spokes = {pool.spoke_id for pool in sig.by_model.get(model, ())}
         if not (
-            any(h.workload.spoke_id in spokes for h in chain(stopping, las))
+            any(h.spoke_id in spokes for h in chain(stopping, las))
             or victims.may_list_on(spokes, team, model, cls.value, reclaim)
         ):
             return None  # `_scan` would pass over every candidate: none is on its spokes
@@ -169,7 +168,7 @@ class _NodeState:
 
 
 def _scan(
-    spec: WorkloadSpec,
+    spec: SpecLike,
     sig: Sig,
     model: str,
     rank: int,
@@ -197,7 +196,7 @@ def _scan(
             lookahead -= 1
             if level > best_top or lookahead < 0:
                 break
-        if h.workload.spoke_id not in spokes_ok:
+        if h.spoke_id not in spokes_ok:
             continue
         for pool, i, a in h.where:
             if pool.index not in eligible:
@@ -267,7 +266,7 @@ def _gang_at(
     node: Node,
     spokes: dict[str, list[tuple[tuple[object, ...], int, int, Node]]],
     states: dict[Node, _NodeState],
-    spec: WorkloadSpec,
+    spec: SpecLike,
     sig: Sig,
     model: str,
     rank: int,

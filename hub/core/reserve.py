@@ -20,8 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from hub.core.capacity import Pool
 from hub.core.fit import Sig
-from hub.core.model import RunningWorkload
-from schemas import WorkloadSpec
+from hub.core.model import RunningWorkload, SpecLike
 
 
 def oldest_starts(running: Iterable[RunningWorkload]) -> dict[tuple[str, str], float]:
@@ -39,7 +38,7 @@ def oldest_starts(running: Iterable[RunningWorkload]) -> dict[tuple[str, str], f
 
 
 def hold(
-    sig: Sig, spec: WorkloadSpec, oldest: Mapping[tuple[str, str], float], now: float
+    sig: Sig, spec: SpecLike, oldest: Mapping[tuple[str, str], float], now: float
 ) -> str | None:
     """Take the free devices of the nodes `spec` would need off the plan; the spoke, or None.
 

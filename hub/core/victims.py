@@ -70,7 +70,7 @@ def tally(running: Iterable[RunningWorkload], models: Mapping[str, Mapping[str, 
         assignments = r.assignments
         if not assignments:
             continue
-        spec = r.spec
+        spec = r.need
         nodes = models.get(r.spoke_id)
         model = nodes.get(assignments[0].node) if nodes is not None else None
         if model is None:
@@ -159,7 +159,7 @@ class Victims:
         if found is None:
             classes = self.policy.priority_class
             found = [
-                Holding(r, model, classes(r.spec.priority_class), self.capacity)
+                Holding(r, model, classes(r.need.priority_class), self.capacity)
                 for r in self.running.stopping.get(model, ())
             ]
             found.sort(key=lambda h: h.id)
@@ -245,7 +245,7 @@ class Victims:
                 break
             if cls is not None and cls.preemptible:
                 for h in self._sorted(team, model, name, cls):
-                    if h.workload.spoke_id in spokes:
+                    if h.spoke_id in spokes:
                         return True
         if not borrowed:
             return False
@@ -260,7 +260,7 @@ class Victims:
                 for h in self._sorted(t, model, name, cls):
                     if counted >= over:
                         break
-                    if h.preemptible and h.workload.spoke_id in spokes and h.id not in chosen:
+                    if h.preemptible and h.spoke_id in spokes and h.id not in chosen:
                         return True
                     counted += h.amount
                 else:
@@ -268,7 +268,7 @@ class Victims:
                 break
         for cut in self._department_borrowed(model, departments):
             for h in cut:
-                on = h.workload.spoke_id in spokes
+                on = h.spoke_id in spokes
                 if on and h.team != team and h.preemptible and h.id not in chosen:
                     return True
         return False
