@@ -29,26 +29,48 @@ class Block:
     message: str
 
 
+class _Account:
+    """One team's use of one GPU model: what a ledger reads of it, in one object."""
+
+    __slots__ = ("booked", "filled", "limits", "lowest", "shared", "used")
+
+    def __init__(self) -> None:
+        self.used = 0.0  # GPUs held, stopping work included
+        self.filled: dict[int, float] = {}  # class value -> GPUs, stopping work excluded
+        self.lowest: int | None = None  # the lowest class value with GPUs in `filled`
+        self.booked = False  # anything was added (its share reads this model)
+        # its own quota, its department and the department's quota (`Ledger._limits`)
+        self.limits: tuple[Quota, str | None, Quota | None] | None = None
+        self.shared: _Shared | None = None  # its department's use of the model
+
+
+class _Shared:
+    """A department's use of one GPU model."""
+
+    __slots__ = ("members", "used")
+
+    def __init__(self) -> None:
+        self.used = 0.0
+        self.members: dict[str, None] = {}  # its teams that hold some, in a fixed order
+
+
 class Ledger:
-    """Usage per team and model, updated as the plan places work."""
+    """Usage per team and model, updated as the plan places work.
+
+    Each team's use of a model is one `_Account` (its usage, per-class fill, limits), found by
+    team, then model: a plan asks about quota several times per decision, and one object read
+    there costs less than a lookup per figure by a (team, model) key made each time.
+    """
 
     def __init__(self, policy: Policy, totals: dict[str, float]) -> None:
         self.policy = policy
         self.limited = policy.has_quotas
         self.totals = totals
-        self.used: dict[tuple[str, str], float] = {}  # (team, model), preempting included
-        self.dept_used: dict[tuple[str, str], float] = {}
-        # (team, model) -> class value -> GPUs; preempting work excluded
-        self.filled: dict[tuple[str, str], dict[int, float]] = {}
-        # (team, model) -> the lowest class value with GPUs in `filled` (`has_below`)
-        self._lowest: dict[tuple[str, str], int] = {}
-        # (department, model) -> its teams, in a fixed order so float sums never vary
-        self._members: dict[tuple[str, str], dict[str, None]] = {}
-        self._models_of: dict[str, set[str]] = {}
-        # team -> its weight and, per model it uses, ((team, model), GPUs of the model, its own
+        self._accounts: dict[str, dict[str, _Account]] = {}  # team -> model -> its account
+        self._departments: dict[str, dict[str, _Shared]] = {}  # department -> model -> use
+        # team -> its weight and, per model it uses, (its account, GPUs of the model, its own
         # guarantee): what a share reads besides usage, until the team uses another model
-        self._share_terms: dict[str, tuple[float, list[tuple[tuple[str, str], float, float]]]]
-        self._share_terms = {}
+        self._share_terms: dict[str, tuple[float, list[tuple[_Account, float, float]]]] = {}
         self._pools: dict[tuple[str, str], float] = {}
         # (model, department or None, team outside one or "") -> (team, class value) ->
         # guaranteed room, until an add() that changes it
@@ -56,8 +78,6 @@ class Ledger:
         # (team, model, class value) -> the room last computed: no later room is larger
         self._room_bounds: dict[tuple[str, str, int], float] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # team -> share, until its next add()
-        # (team, model) -> its own quota, its department and the department's quota
-        self._limit_of: dict[tuple[str, str], tuple[Quota, str | None, Quota | None]] = {}
 
     def add(
         self, team: str, model: str, amount: float, value: int, *, preempting: bool = False
@@ -90,39 +110,60 @@ class Ledger:
                 dept = depts[team] = team_of(team).department
             self._book(team, model, sums[key], priority(name), preempting, dept)
 
+    def _account(self, team: str, model: str) -> _Account:
+        models = self._accounts.get(team)
+        if models is None:
+            models = self._accounts[team] = {}
+        account = models.get(model)
+        if account is None:
+            account = models[model] = _Account()
+        return account
+
     def _book(
         self, team: str, model: str, amount: float, value: int, preempting: bool, dept: str | None
     ) -> None:
-        key = (team, model)
-        self.used[key] = self.used.get(key, 0.0) + amount
-        models = self._models_of.setdefault(team, set())
-        if model not in models:
-            models.add(model)
+        account = self._account(team, model)
+        account.used += amount
+        if not account.booked:
+            account.booked = True
             self._share_terms.pop(team, None)
         if not self.limited:
             return
         if dept is not None:
-            dkey = (dept, model)
-            self.dept_used[dkey] = self.dept_used.get(dkey, 0.0) + amount
-            self._members.setdefault(dkey, {})[team] = None
+            shared = account.shared
+            if shared is None:
+                shared = account.shared = self._shared(dept, model)
+            shared.used += amount
+            shared.members[team] = None
         if not preempting:
-            levels = self.filled.setdefault(key, {})
+            levels = account.filled
             filled = levels[value] = levels.get(value, 0.0) + amount
-            if filled > EPS and value < self._lowest.get(key, value + 1):
-                self._lowest[key] = value  # sums never shrink: a level, once over, stays
+            lowest = account.lowest
+            if filled > EPS and (lowest is None or value < lowest):
+                account.lowest = value  # sums never shrink: a level, once over, stays
+
+    def _shared(self, dept: str, model: str) -> _Shared:
+        models = self._departments.get(dept)
+        if models is None:
+            models = self._departments[dept] = {}
+        shared = models.get(model)
+        if shared is None:
+            shared = models[model] = _Shared()
+        return shared
 
     def admit(self, team: str, cls: PriorityClass, model: str, amount: float) -> Block | None:
         """None when quota lets `team` take `amount` more `model` GPUs at class `cls`."""
         if not self.limited:
             return None
-        own, dept_name, quota = self._limits(team, model)
-        used = self.used.get((team, model), 0.0)
+        account = self._account(team, model)
+        own, dept_name, quota = account.limits or self._limits(team, model, account)
+        used = account.used
         if own.limit is not None and used + amount > own.limit + EPS:
             return Block(
                 Reason.TEAM_LIMIT, _limit_message("team", team, model, used, own.limit, amount)
             )
         if quota is not None and quota.limit is not None and dept_name is not None:
-            dused = self.dept_used.get((dept_name, model), 0.0)
+            dused = self._dept_used(dept_name, model)
             if dused + amount > quota.limit + EPS:
                 return Block(
                     Reason.DEPARTMENT_LIMIT,
@@ -145,12 +186,18 @@ class Ledger:
         if not self.limited:
             return INF
         room = INF
-        own, dept_name, quota = self._limits(team, model)
+        account = self._account(team, model)
+        own, dept_name, quota = account.limits or self._limits(team, model, account)
         if own.limit is not None:
-            room = own.limit - self.used.get((team, model), 0.0)
+            room = own.limit - account.used
         if quota is not None and quota.limit is not None and dept_name is not None:
-            room = min(room, quota.limit - self.dept_used.get((dept_name, model), 0.0))
+            room = min(room, quota.limit - self._dept_used(dept_name, model))
         return room
+
+    def _dept_used(self, dept: str, model: str) -> float:
+        models = self._departments.get(dept)
+        shared = models.get(model) if models is not None else None
+        return shared.used if shared is not None else 0.0
 
     def room(self, team: str, model: str, value: int) -> float:
         """Guaranteed `model` GPUs left for work of priority `value`.
@@ -173,7 +220,9 @@ class Ledger:
         left = max(0.0, own - self._at_or_above(team, model, value))
         if dept is not None:
             overflow = 0.0  # sum() of max(0.0, ...) per member, in the members' order
-            for t in self._members.get((dept, model), ()):
+            models = self._departments.get(dept)
+            shared = models.get(model) if models is not None else None
+            for t in shared.members if shared is not None else ():
                 over = self._at_or_above(t, model, value) - self._own(t, model).guaranteed
                 if over > 0.0:
                     overflow += over
@@ -203,11 +252,10 @@ class Ledger:
         if terms is None:
             terms = self._share_terms[team] = self._terms(team)
         weight, parts = terms
-        used_of = self.used
         above = 0.0
         total = 0.0
-        for pair, cap, guaranteed in parts:  # max() of each, without the calls
-            used = used_of.get(pair, 0.0)
+        for account, cap, guaranteed in parts:  # max() of each, without the calls
+            used = account.used
             part = (used - guaranteed) / cap
             if part > above:
                 above = part
@@ -217,32 +265,38 @@ class Ledger:
         found = self._shares[team] = (above / weight, total / weight)
         return found
 
-    def _terms(self, team: str) -> tuple[float, list[tuple[tuple[str, str], float, float]]]:
+    def _terms(self, team: str) -> tuple[float, list[tuple[_Account, float, float]]]:
         """What `share` reads of the team besides its usage (see `_share_terms`)."""
         parts = []
-        for model in self._models_of.get(team, ()):
+        for model, account in self._accounts.get(team, {}).items():
             cap = self.totals.get(model, 0.0)
-            if cap > 0:
+            if account.booked and cap > 0:
                 guaranteed = self._own(team, model).guaranteed if self.limited else 0.0
-                parts.append(((team, model), cap, guaranteed))
+                parts.append((account, cap, guaranteed))
         return self.policy.team(team).weight, parts
 
     def has_below(self, team: str, model: str, value: int) -> bool:
         """Whether the team holds `model` GPUs at a priority below `value` (not stopping)."""
-        lowest = self._lowest.get((team, model))
+        models = self._accounts.get(team)
+        account = models.get(model) if models is not None else None
+        if account is None:
+            return False
+        lowest = account.lowest
         return lowest is not None and lowest < value
 
     def over_guarantee(self, team: str, model: str) -> bool:
         """Whether the team holds more `model` GPUs than its own guarantee (not stopping)."""
-        levels = self.filled.get((team, model))
-        total = sum(levels.values()) if levels else 0.0
+        models = self._accounts.get(team)
+        account = models.get(model) if models is not None else None
+        total = sum(account.filled.values()) if account is not None else 0.0
         return total > self._own(team, model).guaranteed + EPS
 
     def _at_or_above(self, team: str, model: str, value: int) -> float:
         total = 0.0  # sum() over a generator, without one: rooms read this per member
-        levels = self.filled.get((team, model))
-        if levels:
-            for v, amount in levels.items():
+        models = self._accounts.get(team)
+        account = models.get(model) if models is not None else None
+        if account is not None:
+            for v, amount in account.filled.items():
                 if v >= value:
                     total += amount
         return total
@@ -259,21 +313,27 @@ class Ledger:
         """The part of a department's `model` guarantee its teams share."""
         return self._pool(dept_name, model)
 
-    def _limits(self, team: str, model: str) -> tuple[Quota, str | None, Quota | None]:
+    def _limits(
+        self, team: str, model: str, account: _Account | None = None
+    ) -> tuple[Quota, str | None, Quota | None]:
         """The team's own `model` quota, its department and the department's quota."""
-        found = self._limit_of.get((team, model))
+        if account is None:
+            account = self._account(team, model)
+        found = account.limits
         if found is None:
             settings = self.policy.team(team)
             own = quota_for(settings.quotas, model) or _NO_QUOTA
             dept = self.policy.department(settings.department)
             quota = quota_for(dept.quotas, model) if dept is not None else None
-            found = (own, dept.name if dept is not None else None, quota)
-            self._limit_of[(team, model)] = found
+            found = account.limits = (own, dept.name if dept is not None else None, quota)
         return found
 
     def _own(self, team: str, model: str) -> Quota:
-        found = self._limit_of.get((team, model))
-        return (found if found is not None else self._limits(team, model))[0]
+        models = self._accounts.get(team)
+        account = models.get(model) if models is not None else None
+        if account is not None and account.limits is not None:
+            return account.limits[0]
+        return self._limits(team, model, account)[0]
 
     def _pool(self, dept_name: str | None, model: str) -> float:
         """The department's guarantee its teams share: what their own ones leave over."""
