@@ -12,7 +12,9 @@ lower-priority work holds beyond that is borrowed (see `hub.core.victims`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hub.core.capacity import EPS
 from hub.core.model import Reason
@@ -111,13 +113,7 @@ class Ledger:
             self._book(team, model, sums[key], priority(name), preempting, dept)
 
     def _account(self, team: str, model: str) -> _Account:
-        models = self._accounts.get(team)
-        if models is None:
-            models = self._accounts[team] = {}
-        account = models.get(model)
-        if account is None:
-            account = models[model] = _Account()
-        return account
+        return _made(self._accounts, team, model, _Account)
 
     def _book(
         self, team: str, model: str, amount: float, value: int, preempting: bool, dept: str | None
@@ -132,7 +128,7 @@ class Ledger:
         if dept is not None:
             shared = account.shared
             if shared is None:
-                shared = account.shared = self._shared(dept, model)
+                shared = account.shared = _made(self._departments, dept, model, _Shared)
             shared.used += amount
             shared.members[team] = None
         if not preempting:
@@ -141,15 +137,6 @@ class Ledger:
             lowest = account.lowest
             if filled > EPS and (lowest is None or value < lowest):
                 account.lowest = value  # sums never shrink: a level, once over, stays
-
-    def _shared(self, dept: str, model: str) -> _Shared:
-        models = self._departments.get(dept)
-        if models is None:
-            models = self._departments[dept] = {}
-        shared = models.get(model)
-        if shared is None:
-            shared = models[model] = _Shared()
-        return shared
 
     def admit(self, team: str, cls: PriorityClass, model: str, amount: float) -> Block | None:
         """None when quota lets `team` take `amount` more `model` GPUs at class `cls`."""
@@ -195,8 +182,7 @@ class Ledger:
         return room
 
     def _dept_used(self, dept: str, model: str) -> float:
-        models = self._departments.get(dept)
-        shared = models.get(model) if models is not None else None
+        shared = _found(self._departments, dept, model)
         return shared.used if shared is not None else 0.0
 
     def room(self, team: str, model: str, value: int) -> float:
@@ -220,8 +206,7 @@ class Ledger:
         left = max(0.0, own - self._at_or_above(team, model, value))
         if dept is not None:
             overflow = 0.0  # sum() of max(0.0, ...) per member, in the members' order
-            models = self._departments.get(dept)
-            shared = models.get(model) if models is not None else None
+            shared = _found(self._departments, dept, model)
             for t in shared.members if shared is not None else ():
                 over = self._at_or_above(t, model, value) - self._own(t, model).guaranteed
                 if over > 0.0:
@@ -277,8 +262,7 @@ class Ledger:
 
     def has_below(self, team: str, model: str, value: int) -> bool:
         """Whether the team holds `model` GPUs at a priority below `value` (not stopping)."""
-        models = self._accounts.get(team)
-        account = models.get(model) if models is not None else None
+        account = _found(self._accounts, team, model)
         if account is None:
             return False
         lowest = account.lowest
@@ -286,15 +270,13 @@ class Ledger:
 
     def over_guarantee(self, team: str, model: str) -> bool:
         """Whether the team holds more `model` GPUs than its own guarantee (not stopping)."""
-        models = self._accounts.get(team)
-        account = models.get(model) if models is not None else None
+        account = _found(self._accounts, team, model)
         total = sum(account.filled.values()) if account is not None else 0.0
         return total > self._own(team, model).guaranteed + EPS
 
     def _at_or_above(self, team: str, model: str, value: int) -> float:
         total = 0.0  # sum() over a generator, without one: rooms read this per member
-        models = self._accounts.get(team)
-        account = models.get(model) if models is not None else None
+        account = _found(self._accounts, team, model)
         if account is not None:
             for v, amount in account.filled.items():
                 if v >= value:
@@ -329,8 +311,7 @@ class Ledger:
         return found
 
     def _own(self, team: str, model: str) -> Quota:
-        models = self._accounts.get(team)
-        account = models.get(model) if models is not None else None
+        account = _found(self._accounts, team, model)
         if account is not None and account.limits is not None:
             return account.limits[0]
         return self._limits(team, model, account)[0]
@@ -357,6 +338,25 @@ class Ledger:
 
 
 _NO_QUOTA = Quota()
+
+_T = TypeVar("_T")
+
+
+def _found(table: dict[str, dict[str, _T]], outer: str, inner: str) -> _T | None:
+    """`table[outer][inner]`, or None."""
+    found = table.get(outer)
+    return found.get(inner) if found is not None else None
+
+
+def _made(table: dict[str, dict[str, _T]], outer: str, inner: str, make: Callable[[], _T]) -> _T:
+    """`table[outer][inner]`, made (`make()`) and filed in first when missing."""
+    found = table.get(outer)
+    if found is None:
+        found = table[outer] = {}
+    item = found.get(inner)
+    if item is None:
+        item = found[inner] = make()
+    return item
 
 
 def _room_group(model: str, dept: str | None, team: str) -> tuple[str, str | None, str]:
