@@ -112,13 +112,10 @@ class Ledger:
                 dept = depts[team] = team_of(team).department
             self._book(team, model, sums[key], priority(name), preempting, dept)
 
-    def _account(self, team: str, model: str) -> _Account:
-        return _made(self._accounts, team, model, _Account)
-
     def _book(
         self, team: str, model: str, amount: float, value: int, preempting: bool, dept: str | None
     ) -> None:
-        account = self._account(team, model)
+        account = _made(self._accounts, team, model, _Account)
         account.used += amount
         if not account.booked:
             account.booked = True
@@ -142,7 +139,7 @@ class Ledger:
         """None when quota lets `team` take `amount` more `model` GPUs at class `cls`."""
         if not self.limited:
             return None
-        account = self._account(team, model)
+        account = _made(self._accounts, team, model, _Account)
         own, dept_name, quota = account.limits or self._limits(team, model, account)
         used = account.used
         if own.limit is not None and used + amount > own.limit + EPS:
@@ -173,7 +170,7 @@ class Ledger:
         if not self.limited:
             return INF
         room = INF
-        account = self._account(team, model)
+        account = _made(self._accounts, team, model, _Account)
         own, dept_name, quota = account.limits or self._limits(team, model, account)
         if own.limit is not None:
             room = own.limit - account.used
@@ -276,7 +273,8 @@ class Ledger:
 
     def _at_or_above(self, team: str, model: str, value: int) -> float:
         total = 0.0  # sum() over a generator, without one: rooms read this per member
-        account = _found(self._accounts, team, model)
+        models = self._accounts.get(team)  # `_found`, inlined: read per member of a room
+        account = models.get(model) if models is not None else None
         if account is not None:
             for v, amount in account.filled.items():
                 if v >= value:
@@ -300,7 +298,7 @@ class Ledger:
     ) -> tuple[Quota, str | None, Quota | None]:
         """The team's own `model` quota, its department and the department's quota."""
         if account is None:
-            account = self._account(team, model)
+            account = _made(self._accounts, team, model, _Account)
         found = account.limits
         if found is None:
             settings = self.policy.team(team)
@@ -311,7 +309,8 @@ class Ledger:
         return found
 
     def _own(self, team: str, model: str) -> Quota:
-        account = _found(self._accounts, team, model)
+        models = self._accounts.get(team)  # `_found`, inlined: read per member of a room
+        account = models.get(model) if models is not None else None
         if account is not None and account.limits is not None:
             return account.limits[0]
         return self._limits(team, model, account)[0]
