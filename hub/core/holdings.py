@@ -63,7 +63,7 @@ class Holding:
         if self._where is None:
             found = []
             for a in self.workload.assignments:
-                at = self.capacity.locate(self.workload.spoke_id, a.node)
+                at = self.capacity.locate(self.spoke_id, a.node)
                 if at is not None:
                     found.append((at[0], at[1], a))
             self._where = tuple(found)
