@@ -8,9 +8,11 @@ published), its start and its end. The next batch's submission is saved while on
 through, as submissions arrive while the hub places and hears events. Prints one JSON object
 (never asserts a time): CPU milliseconds per workload of the whole process
 (`time.process_time()`) and of its threads (psutil: the event loop's and the others', where
-store calls run), and the store calls made per workload.
+store calls run), and the store calls made per workload. With `--earlier K` each workload
+comes with K ended attempts, as one preempted K times before (every save of it once rewrote
+all of them; now only the attempts that changed since its last save are written).
 
-Run: .venv/bin/python bench/store_writes.py [--count N] [--batch B] [--store-url URL]
+Run: .venv/bin/python bench/store_writes.py [--count N] [--batch B] [--earlier K] [--store-url URL]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import psutil
 from gpufed import logs
 from hub import transitions
 from hub.authstore import AuditEntry
-from hub.core.lifecycle import EndReason
+from hub.core.lifecycle import Attempt, EndReason
 from hub.ids import decision_id, new_workload_id
 from hub.publishing import Publisher
 from hub.records import DecisionRecord, WorkloadRecord
@@ -48,6 +50,8 @@ from hub_cycle import NullBus
 SPEC = WorkloadSpec.model_validate(
     {"name": "bench", "team": "bench", "command": ["python", "train.py", "--epochs", "3"]}
 )
+#: What an earlier attempt held (`--earlier`).
+HELD = (Assignment(node="n0", devices=(0,)),)
 
 
 class Counting:
@@ -82,11 +86,19 @@ def thread_cpu() -> tuple[float, float]:
     return main, other
 
 
-async def submit(submissions: Submissions, batch: int, now: float) -> list[WorkloadRecord]:
-    """A batch of submissions, saved with their audit entries (as over NATS)."""
+async def submit(
+    submissions: Submissions, batch: int, now: float, earlier: int = 0
+) -> list[WorkloadRecord]:
+    """A batch of submissions, saved with their audit entries (as over NATS); each with
+    `earlier` ended attempts (preempted before, queued again)."""
     records = [
         WorkloadRecord(id=new_workload_id(), spec=SPEC, submitted_at=now) for _ in range(batch)
     ]
+    for r in records:
+        r.attempts = tuple(
+            Attempt(epoch, "eu-2", HELD, now, now, now, EndReason.PREEMPTED)
+            for epoch in range(1, earlier + 1)
+        )
     audits = [
         AuditEntry(
             at=now,
@@ -136,28 +148,29 @@ async def run_through(
 
 
 async def batches(
-    state: HubState, publisher: Publisher, batch: int, count: int, now: float
+    state: HubState, publisher: Publisher, batch: int, count: int, now: float, earlier: int
 ) -> None:
     """`count` batches; each batch's submission is saved while the one before runs through."""
     submissions = Submissions(state)
-    previous = await submit(submissions, batch, now)
+    previous = await submit(submissions, batch, now, earlier)
     for _ in range(count):
         previous, _ = await asyncio.gather(
-            submit(submissions, batch, now), run_through(state, publisher, previous, now)
+            submit(submissions, batch, now, earlier), run_through(state, publisher, previous, now)
         )
     await run_through(state, publisher, previous, now)
 
 
-async def run(url: str, count: int, batch: int) -> dict[str, Any]:
+async def run(url: str, count: int, batch: int, earlier: int) -> dict[str, Any]:
     store = Counting(Store(url))
     state = HubState(HubSettings(), store, time.time, policy=None)  # type: ignore[arg-type]
     publisher = Publisher(state, NullBus())  # type: ignore[arg-type]
     now = time.time()
-    await batches(state, publisher, batch, 1, now)  # warm up: statements compiled, pool filled
+    # Warm up: statements compiled, pool filled.
+    await batches(state, publisher, batch, 1, now, earlier)
     await publisher.flush_marks()
     store.calls.clear()
     cpu, (main, other) = time.process_time(), thread_cpu()
-    await batches(state, publisher, batch, count // batch - 1, now)
+    await batches(state, publisher, batch, count // batch - 1, now, earlier)
     await publisher.flush_marks()
     cpu, (main2, other2) = time.process_time() - cpu, thread_cpu()
     store.store.close()
@@ -165,6 +178,7 @@ async def run(url: str, count: int, batch: int) -> dict[str, Any]:
     return {
         "count": done,
         "batch": batch,
+        "earlier_attempts": earlier,
         "cpu_ms_per_workload": round(cpu * 1000 / done, 4),
         "loop_thread_cpu_ms_per_workload": round((main2 - main) * 1000 / done, 4),
         "other_threads_cpu_ms_per_workload": round((other2 - other) * 1000 / done, 4),
@@ -177,11 +191,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--count", type=int, default=4000)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--earlier", type=int, default=0, help="ended attempts per workload")
     parser.add_argument("--store-url", default=None, help="SQLAlchemy URL (default: SQLite)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         url = args.store_url or f"sqlite:///{Path(tmp) / 'hub.db'}"
-        result = asyncio.run(run(url, args.count, args.batch))
+        result = asyncio.run(run(url, args.count, args.batch, args.earlier))
     result["load_average_1m"] = round(__import__("os").getloadavg()[0], 2)
     print(json.dumps(result))
 

@@ -28,7 +28,7 @@ from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.storewrites import (
     ATTEMPT_ADAPTER,
     Statements,
-    attempt_row,
+    attempt_rows,
     audit_row,
     decision_row,
     transaction,
@@ -129,6 +129,8 @@ class Store:
         self._sql = Statements.of(self.engine)
         # Each live workload's spec as JSON, kept between its saves (see `workload_row`).
         self._specs: dict[str, tuple[WorkloadSpec, str]] = {}
+        # Each live workload's attempts as last committed (see `attempt_rows`).
+        self._attempts: dict[str, tuple[Attempt, ...]] = {}
         self._marks: list[str] = []  # decisions to mark published with the next write
         self._marks_lock = threading.Lock()  # marks are left on the event loop's thread
 
@@ -157,15 +159,25 @@ class Store:
         decision id. An audit entry saved with what it records costs no transaction of its own.
         """
         rows = []
-        attempt_rows: list[tuple[Any, ...]] = []
+        changed: list[tuple[Any, ...]] = []
+        written = self._attempts
+        committed: list[tuple[str, tuple[Attempt, ...], bool]] = []
         for w in workloads:
             rows.append(workload_row(w, self._specs))
-            attempt_rows.extend(attempt_row(w.id, a) for a in w.attempts)
+            attempts = w.attempts  # read once: what is written is what is noted below
+            changed.extend(attempt_rows(w.id, attempts, written.get(w.id)))
+            committed.append((w.id, attempts, w.phase.terminal))
         decision_rows = [decision_row(d) for d in decisions]
         audit_rows = [audit_row(e) for e in audits]
         # Upserts, not ORM merges: the hub writes on every submission and event, and a merge
         # costs a SELECT per row before its write.
-        self._write(rows, attempt_rows, decision_rows, audit_rows)
+        self._write(rows, changed, decision_rows, audit_rows)
+        # Noted only once committed: after a failed write every attempt is written again.
+        for workload_id, attempts, ended in committed:
+            if ended:
+                written.pop(workload_id, None)
+            else:
+                written[workload_id] = attempts
 
     def _write(self, *rows: list[tuple[Any, ...]]) -> None:
         workloads, attempts, decisions, audits = rows

@@ -118,6 +118,24 @@ def workload_row(w: WorkloadRecord, specs: dict[str, tuple[WorkloadSpec, str]]) 
     return (w.id, w.spec.team, w.phase.value, w.submitted_at, w.spoke_id, data)
 
 
+def attempt_rows(
+    workload_id: str, attempts: tuple[Attempt, ...], written: tuple[Attempt, ...] | None
+) -> list[tuple[Any, ...]]:
+    """The rows of the attempts not in the store as they are: `written`, the attempts last
+    committed for this workload (None: not known, so every one is written). An attempt is a
+    frozen value, replaced whole when it changes, so one that is the very object committed
+    last is stored already: a workload preempted forty times rewrote forty rows, each
+    serialised again, on every save, where one or two changed."""
+    if written is None:
+        return [attempt_row(workload_id, a) for a in attempts]
+    known = len(written)
+    return [
+        attempt_row(workload_id, a)
+        for i, a in enumerate(attempts)
+        if i >= known or written[i] is not a
+    ]
+
+
 def attempt_row(workload_id: str, attempt: Attempt) -> tuple[Any, ...]:
     return (
         workload_id,

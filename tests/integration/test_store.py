@@ -154,6 +154,69 @@ def test_a_failed_save_writes_nothing_and_keeps_the_marks_for_the_next_write(
     assert store.unpublished() == []
 
 
+def _preempted(record: WorkloadRecord, times: int, at: float) -> None:
+    """Place `record` and have it preempted `times` times (each a free requeue)."""
+    rules = record.retry_rules
+    for i in range(times):
+        record.lifecycle = lifecycle.place(record.lifecycle, f"s{i % 3}", (), at + i)
+        record.lifecycle = lifecycle.end(
+            record.lifecycle, record.epoch, EndReason.PREEMPTED, at + i + 0.5, rules
+        )
+
+
+def test_a_workload_preempted_many_times_keeps_every_attempt_as_it_changes(
+    db_url: str,
+) -> None:
+    store = Store(db_url)
+    record = workload("w1")
+    _preempted(record, 30, 100.0)
+    store.save([record])
+    record.lifecycle = lifecycle.place(record.lifecycle, "s1", (), 200.0)
+    store.save([record])
+    record.lifecycle = lifecycle.start(record.lifecycle, record.epoch, 201.0)
+    store.save([record])
+    store.save([record])  # nothing changed
+    record.lifecycle = lifecycle.end(
+        record.lifecycle, record.epoch, EndReason.SUCCEEDED, 250.0, record.retry_rules, 0
+    )
+    store.save([record])
+    store.close()
+
+    reopened = Store(db_url)  # knows nothing of what the first one wrote
+    try:
+        stored = reopened.get("w1")
+        assert stored is not None
+        assert len(stored.attempts) == 31
+        assert stored.attempts == record.attempts
+        assert stored.phase == Phase.SUCCEEDED
+    finally:
+        reopened.close()
+
+
+def test_attempts_a_failed_save_missed_go_with_the_next_save(store: Store) -> None:
+    record = workload("w1")
+    record.lifecycle = lifecycle.place(record.lifecycle, "s1", (), 100.0)
+    store.save([record])
+    # Preempted and placed again, then saved in a transaction that fails.
+    record.lifecycle = lifecycle.end(
+        record.lifecycle, 1, EndReason.PREEMPTED, 110.0, record.retry_rules
+    )
+    record.lifecycle = lifecycle.place(record.lifecycle, "s2", (), 120.0)
+    broken = AuditEntry(at=1.0, actor="a", role="admin", action="submit", result="ok")
+    object.__setattr__(broken, "actor", None)
+    with pytest.raises(DBAPIError):
+        store.save([record], audits=[broken])
+    stored = store.get("w1")
+    assert stored is not None and stored.attempts[0].ended_at is None  # rolled back
+
+    store.save([record])
+
+    stored = store.get("w1")
+    assert stored is not None
+    assert stored.attempts == record.attempts
+    assert [a.spoke_id for a in stored.attempts] == ["s1", "s2"]
+
+
 def test_a_save_naming_a_workload_twice_keeps_the_later(store: Store) -> None:
     # Saves that waited together are committed as one: a record can appear in two of them.
     first = workload("w1", spoke="s1", phase=Phase.RUNNING)
