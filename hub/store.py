@@ -152,8 +152,9 @@ class Store:
         decisions: Iterable[DecisionRecord] = (),
         audits: Iterable[AuditEntry] = (),
     ) -> None:
-        """Insert or update workloads (with every attempt) and decisions, and append audit
-        entries, in one transaction; the marks left by `mark_published_later` go with it.
+        """Insert or update workloads (with each attempt that changed since this store last
+        committed it: `attempt_rows`) and decisions, and append audit entries, in one
+        transaction; the marks left by `mark_published_later` go with it.
 
         Idempotent for workloads and decisions: keyed by workload id, (workload id, epoch) and
         decision id. An audit entry saved with what it records costs no transaction of its own.
