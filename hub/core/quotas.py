@@ -140,7 +140,7 @@ class Ledger:
         if not self.limited:
             return None
         account = _made(self._accounts, team, model, _Account)
-        own, dept_name, quota = account.limits or self._limits(team, model, account)
+        own, dept_name, quota = self._limits(team, model, account)
         used = account.used
         if own.limit is not None and used + amount > own.limit + EPS:
             return Block(
@@ -171,7 +171,7 @@ class Ledger:
             return INF
         room = INF
         account = _made(self._accounts, team, model, _Account)
-        own, dept_name, quota = account.limits or self._limits(team, model, account)
+        own, dept_name, quota = self._limits(team, model, account)
         if own.limit is not None:
             room = own.limit - account.used
         if quota is not None and quota.limit is not None and dept_name is not None:
@@ -294,11 +294,10 @@ class Ledger:
         return self._pool(dept_name, model)
 
     def _limits(
-        self, team: str, model: str, account: _Account | None = None
+        self, team: str, model: str, account: _Account
     ) -> tuple[Quota, str | None, Quota | None]:
-        """The team's own `model` quota, its department and the department's quota."""
-        if account is None:
-            account = _made(self._accounts, team, model, _Account)
+        """The team's own `model` quota, its department and the department's quota (worked
+        out once, kept on the team's `model` account)."""
         found = account.limits
         if found is None:
             settings = self.policy.team(team)
@@ -311,8 +310,8 @@ class Ledger:
     def _own(self, team: str, model: str) -> Quota:
         models = self._accounts.get(team)  # `_found`, inlined: read per member of a room
         account = models.get(model) if models is not None else None
-        if account is not None and account.limits is not None:
-            return account.limits[0]
+        if account is None:
+            account = _made(self._accounts, team, model, _Account)
         return self._limits(team, model, account)[0]
 
     def _pool(self, dept_name: str | None, model: str) -> float:
