@@ -9,8 +9,9 @@ through, as submissions arrive while the hub places and hears events. Prints one
 (never asserts a time): CPU milliseconds per workload of the whole process
 (`time.process_time()`) and of its threads (psutil: the event loop's and the others', where
 store calls run), and the store calls made per workload. With `--earlier K` each workload
-comes with K ended attempts, as one preempted K times before (every save of it once rewrote
-all of them; now only the attempts that changed since its last save are written).
+comes with K ended attempts and their history (five entries each), as one preempted K times
+before (every save of it once rewrote all of its attempts, and serialised all of its history
+again).
 
 Run: .venv/bin/python bench/store_writes.py [--count N] [--batch B] [--earlier K] [--store-url URL]
 """
@@ -36,7 +37,7 @@ from hub.authstore import AuditEntry
 from hub.core.lifecycle import Attempt, EndReason
 from hub.ids import decision_id, new_workload_id
 from hub.publishing import Publisher
-from hub.records import DecisionRecord, WorkloadRecord
+from hub.records import DecisionRecord, HistoryEntry, WorkloadRecord
 from hub.settings import HubSettings
 from hub.state import HubState
 from hub.store import Store
@@ -50,8 +51,15 @@ from hub_cycle import NullBus
 SPEC = WorkloadSpec.model_validate(
     {"name": "bench", "team": "bench", "command": ["python", "train.py", "--epochs", "3"]}
 )
-#: What an earlier attempt held (`--earlier`).
+#: What an earlier attempt held (`--earlier`), and what its history says.
 HELD = (Assignment(node="n0", devices=(0,)),)
+EARLIER_HISTORY = (
+    ("placed", "n0:0"),
+    ("running", ""),
+    ("preempting", "for a higher class"),
+    ("preempted", "preempted for a higher class"),
+    ("requeued", ""),
+)
 
 
 class Counting:
@@ -90,7 +98,7 @@ async def submit(
     submissions: Submissions, batch: int, now: float, earlier: int = 0
 ) -> list[WorkloadRecord]:
     """A batch of submissions, saved with their audit entries (as over NATS); each with
-    `earlier` ended attempts (preempted before, queued again)."""
+    `earlier` ended attempts (preempted before, queued again) and their history."""
     records = [
         WorkloadRecord(id=new_workload_id(), spec=SPEC, submitted_at=now) for _ in range(batch)
     ]
@@ -99,6 +107,11 @@ async def submit(
             Attempt(epoch, "eu-2", HELD, now, now, now, EndReason.PREEMPTED)
             for epoch in range(1, earlier + 1)
         )
+        r.history = [
+            HistoryEntry(now, event, epoch, "eu-2", detail)
+            for epoch in range(1, earlier + 1)
+            for event, detail in EARLIER_HISTORY
+        ]
     audits = [
         AuditEntry(
             at=now,
@@ -191,7 +204,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--count", type=int, default=4000)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--earlier", type=int, default=0, help="ended attempts per workload")
+    parser.add_argument(
+        "--earlier", type=int, default=0, help="ended attempts (with their history) per workload"
+    )
     parser.add_argument("--store-url", default=None, help="SQLAlchemy URL (default: SQLite)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
