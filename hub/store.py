@@ -27,6 +27,7 @@ from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.storewrites import (
     ATTEMPT_ADAPTER,
+    Kept,
     Statements,
     attempt_rows,
     audit_row,
@@ -35,7 +36,7 @@ from hub.storewrites import (
     workload_row,
 )
 from hub.usage import InstanceBill
-from schemas import CapacityReport, Phase, WorkloadSpec
+from schemas import CapacityReport, Phase
 from schemas.burst import InstanceEvent
 
 log = structlog.get_logger(__name__)
@@ -127,8 +128,8 @@ class Store:
         self.engine: Engine = _engine(url)
         migrate(self.engine)
         self._sql = Statements.of(self.engine)
-        # Each live workload's spec as JSON, kept between its saves (see `workload_row`).
-        self._specs: dict[str, tuple[WorkloadSpec, str]] = {}
+        # Each live workload's spec and history as JSON, kept between its saves (`Kept`).
+        self._kept: dict[str, Kept] = {}
         # Each live workload's attempts as last committed (see `attempt_rows`).
         self._attempts: dict[str, tuple[Attempt, ...]] = {}
         self._marks: list[str] = []  # decisions to mark published with the next write
@@ -164,7 +165,7 @@ class Store:
         written = self._attempts
         committed: list[tuple[str, tuple[Attempt, ...], bool]] = []
         for w in workloads:
-            rows.append(workload_row(w, self._specs))
+            rows.append(workload_row(w, self._kept))
             attempts = w.attempts  # read once: what is written is what is noted below
             changed.extend(attempt_rows(w.id, attempts, written.get(w.id)))
             committed.append((w.id, attempts, w.phase.terminal))

@@ -21,16 +21,21 @@ from sqlalchemy.exc import DBAPIError
 
 from hub.authstore import AuditEntry
 from hub.core.lifecycle import Attempt
-from hub.records import DecisionRecord, WorkloadRecord
+from hub.records import DecisionRecord, HistoryEntry, WorkloadRecord
 from schemas import WorkloadSpec
 
 ATTEMPT_ADAPTER: TypeAdapter[Attempt] = TypeAdapter(Attempt)
+HISTORY_ADAPTER: TypeAdapter[list[HistoryEntry]] = TypeAdapter(list[HistoryEntry])
+# Their serialisers, called as they are: `TypeAdapter.dump_json`'s own steps cost as much as
+# serialising an attempt or two history entries.
+_attempt_json = ATTEMPT_ADAPTER.serializer.to_json
+_history_json = HISTORY_ADAPTER.serializer.to_json
 #: Left out of a workload row's JSON: its attempts (their own table) and what is derived from
 #: them (the computed fields, recomputed on load): serialising those was a third of a save.
-#: The spec is written from its JSON kept by the store (a spec never changes: it is frozen,
-#: and replaced whole when edited), not serialised again on every save.
+#: The spec and the history are written from their JSON kept by the store (`Kept`), not
+#: serialised again on every save.
 NOT_STORED = frozenset({"attempts", *WorkloadRecord.model_computed_fields})
-_NOT_DUMPED = NOT_STORED | {"spec"}
+_NOT_DUMPED = NOT_STORED | {"spec", "history"}
 
 
 def _upsert(
@@ -105,16 +110,47 @@ class Statements:
         )
 
 
-def workload_row(w: WorkloadRecord, specs: dict[str, tuple[WorkloadSpec, str]]) -> tuple[Any, ...]:
-    """The row of `w`; `specs` keeps each live workload's spec JSON between saves (and loses a
-    workload's once it ends)."""
-    cached = specs.get(w.id)
-    if cached is None or cached[0] is not w.spec:
-        cached = specs[w.id] = (w.spec, w.spec.model_dump_json())
+class Kept:
+    """What a store keeps of a live workload between its saves: its spec and the history
+    entries it serialised, as JSON.
+
+    A spec never changes (it is frozen, and replaced whole when edited), and a history is only
+    appended to, or cut back by a cycle that failed to save (`hub.cycle`): a cut takes the
+    last entry serialised with it, so the next save sees that entry gone and serialises the
+    whole history again. Each entry is otherwise serialised once, however many times the
+    workload is saved: a workload preempted forty times carries two hundred."""
+
+    __slots__ = ("entries", "history_json", "last", "spec", "spec_json")
+
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self.spec = spec
+        self.spec_json = spec.model_dump_json()
+        self.entries = 0  # the first `entries` of the history are in `history_json`
+        self.last: HistoryEntry | None = None  # the last of them, itself
+        self.history_json = ""  # their objects, comma-separated, without the brackets
+
+    def history(self, history: list[HistoryEntry]) -> str:
+        """`history` as a JSON array, serialising only the entries not serialised before."""
+        done = self.entries
+        if done and (done > len(history) or history[done - 1] is not self.last):
+            done, self.history_json = 0, ""  # cut back since
+        if len(history) > done:
+            new = _history_json(history[done:]).decode()[1:-1]
+            self.history_json = f"{self.history_json},{new}" if done else new
+            self.entries, self.last = len(history), history[-1]
+        return f"[{self.history_json}]"
+
+
+def workload_row(w: WorkloadRecord, kept: dict[str, Kept]) -> tuple[Any, ...]:
+    """The row of `w`; `kept` holds what each live workload's saves keep between them (and
+    loses a workload's once it ends)."""
+    parts = kept.get(w.id)
+    if parts is None or parts.spec is not w.spec:
+        parts = kept[w.id] = Kept(w.spec)
     if w.phase.terminal:
-        del specs[w.id]
+        del kept[w.id]
     rest = w.model_dump_json(exclude=_NOT_DUMPED)  # type: ignore[arg-type]
-    data = f'{rest[:-1]},"spec":{cached[1]}}}'
+    data = f'{rest[:-1]},"spec":{parts.spec_json},"history":{parts.history(w.history)}}}'
     return (w.id, w.spec.team, w.phase.value, w.submitted_at, w.spoke_id, data)
 
 
@@ -144,7 +180,7 @@ def attempt_row(workload_id: str, attempt: Attempt) -> tuple[Any, ...]:
         attempt.placed_at,
         attempt.ended_at,
         attempt.end_reason.value if attempt.end_reason else None,
-        ATTEMPT_ADAPTER.dump_json(attempt).decode(),
+        _attempt_json(attempt).decode(),
     )
 
 

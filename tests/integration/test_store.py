@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from sqlalchemy import text
@@ -15,7 +17,7 @@ from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason
 from hub.records import HistoryEntry, SpokeRecord, WorkloadRecord
 from hub.store import Store
-from hub.storewrites import Statements
+from hub.storewrites import NOT_STORED, Kept, Statements, workload_row
 from hub.usage import InstanceBill
 from schemas import Assignment, CapacityReport, Phase
 from schemas.burst import InstanceEvent
@@ -215,6 +217,58 @@ def test_attempts_a_failed_save_missed_go_with_the_next_save(store: Store) -> No
     assert stored is not None
     assert stored.attempts == record.attempts
     assert [a.spoke_id for a in stored.attempts] == ["s1", "s2"]
+
+
+def test_a_history_saved_many_times_keeps_every_entry_through_a_cut(db_url: str) -> None:
+    # Each save serialises only the entries added since the last (`Kept`); a cycle whose save
+    # failed cuts the history back (hub.cycle's undo), and what follows must not keep the cut.
+    store = Store(db_url)
+    record = workload("w1")
+    for i in range(5):
+        record.note(100.0 + i, f"step-{i}")
+        store.save([record])
+    noted = len(record.history)
+    record.note(110.0, "placed", "on s1")  # a cycle's note, its save failed: cut back
+    store.save([record])
+    del record.history[noted:]
+    record.note(111.0, "placed", "on s2")
+    store.save([record])
+    stored = store.get("w1")
+    assert stored is not None and stored.history[-1].detail == "on s2"
+    del record.history[2:]  # cut back further, nothing added
+    store.save([record])
+    stored = store.get("w1")
+    assert stored is not None and stored.history == record.history
+    record.note(120.0, "running")
+    record.lifecycle = lifecycle.place(record.lifecycle, "s2", (), 120.0)
+    record.lifecycle = lifecycle.end(
+        record.lifecycle, record.epoch, EndReason.SUCCEEDED, 130.0, record.retry_rules, 0
+    )
+    record.note(130.0, "succeeded")
+    store.save([record])
+    store.close()
+
+    reopened = Store(db_url)  # knows nothing of what the first one serialised
+    try:
+        stored = reopened.get("w1")
+        assert stored is not None
+        assert [h.event for h in stored.history] == ["step-0", "step-1", "running", "succeeded"]
+        assert stored == record
+    finally:
+        reopened.close()
+
+
+def test_a_workload_row_holds_what_its_record_serialises_to(store: Store) -> None:
+    # Pieces serialised once and joined must read as the record serialised whole.
+    record = workload("w1", spoke="s1", phase=Phase.RUNNING)
+    kept: dict[str, Kept] = {}
+    for i in range(3):
+        record.note(100.0 + i, "placed", f'on "s{i}"\n')
+        row = workload_row(record, kept)
+        assert json.loads(row[-1]) == json.loads(record.model_dump_json(exclude=NOT_STORED))
+    record.spec = record.spec.model_copy(update={"name": "renamed"})
+    row = workload_row(record, kept)
+    assert json.loads(row[-1])["spec"]["name"] == "renamed"
 
 
 def test_a_save_naming_a_workload_twice_keeps_the_later(store: Store) -> None:
