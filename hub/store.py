@@ -173,7 +173,14 @@ class Store:
         audit_rows = [audit_row(e) for e in audits]
         # Upserts, not ORM merges: the hub writes on every submission and event, and a merge
         # costs a SELECT per row before its write.
-        self._write(rows, changed, decision_rows, audit_rows)
+        try:
+            self._write(rows, changed, decision_rows, audit_rows)
+        except BaseException:
+            # What was kept for them goes too: a new workload the cycle then drops is never
+            # saved again, and would stay kept for good (the rest is serialised again).
+            for workload_id, _, _ in committed:
+                self._kept.pop(workload_id, None)
+            raise
         # Noted only once committed: after a failed write every attempt is written again.
         for workload_id, attempts, ended in committed:
             if ended:
