@@ -184,15 +184,22 @@ def test_a_workload_preempted_many_times_keeps_every_attempt_as_it_changes(
     store.save([record])
     store.close()
 
-    reopened = Store(db_url)  # knows nothing of what the first one wrote
+    stored = _read_back(db_url, "w1")
+    assert len(stored.attempts) == 31
+    assert stored.attempts == record.attempts
+    assert stored.phase == Phase.SUCCEEDED
+
+
+def _read_back(db_url: str, workload_id: str) -> WorkloadRecord:
+    """The workload as a new store reads it: one that knows nothing of what the first one
+    wrote or kept."""
+    reopened = Store(db_url)
     try:
-        stored = reopened.get("w1")
-        assert stored is not None
-        assert len(stored.attempts) == 31
-        assert stored.attempts == record.attempts
-        assert stored.phase == Phase.SUCCEEDED
+        stored = reopened.get(workload_id)
     finally:
         reopened.close()
+    assert stored is not None
+    return stored
 
 
 def test_attempts_a_failed_save_missed_go_with_the_next_save(store: Store) -> None:
@@ -250,14 +257,9 @@ def test_a_history_saved_many_times_keeps_every_entry_through_a_cut(db_url: str)
     store.save([record])
     store.close()
 
-    reopened = Store(db_url)  # knows nothing of what the first one serialised
-    try:
-        stored = reopened.get("w1")
-        assert stored is not None
-        assert [h.event for h in stored.history] == ["step-0", "step-1", "running", "succeeded"]
-        assert stored == record
-    finally:
-        reopened.close()
+    stored = _read_back(db_url, "w1")
+    assert [h.event for h in stored.history] == ["step-0", "step-1", "running", "succeeded"]
+    assert stored == record
 
 
 def test_a_workload_row_holds_what_its_record_serialises_to(store: Store) -> None:
