@@ -128,10 +128,9 @@ class Store:
         self.engine: Engine = _engine(url)
         migrate(self.engine)
         self._sql = Statements.of(self.engine)
-        # Each live workload's spec and history as JSON, kept between its saves (`Kept`).
+        # What each live workload's saves keep between them (`Kept`): its spec and history as
+        # JSON, its attempts as last committed. Forgotten when it ends.
         self._kept: dict[str, Kept] = {}
-        # Each live workload's attempts as last committed (see `attempt_rows`).
-        self._attempts: dict[str, tuple[Attempt, ...]] = {}
         self._marks: list[str] = []  # decisions to mark published with the next write
         self._marks_lock = threading.Lock()  # marks are left on the event loop's thread
 
@@ -162,13 +161,16 @@ class Store:
         """
         rows = []
         changed: list[tuple[Any, ...]] = []
-        written = self._attempts
-        committed: list[tuple[str, tuple[Attempt, ...], bool]] = []
+        kept = self._kept
+        saved: list[tuple[str, Kept, tuple[Attempt, ...], bool]] = []
         for w in workloads:
-            rows.append(workload_row(w, self._kept))
+            parts = kept.get(w.id)
+            if parts is None:
+                parts = kept[w.id] = Kept()
+            rows.append(workload_row(w, parts))
             attempts = w.attempts  # read once: what is written is what is noted below
-            changed.extend(attempt_rows(w.id, attempts, written.get(w.id)))
-            committed.append((w.id, attempts, w.phase.terminal))
+            changed.extend(attempt_rows(w.id, attempts, parts.attempts))
+            saved.append((w.id, parts, attempts, w.phase.terminal))
         decision_rows = [decision_row(d) for d in decisions]
         audit_rows = [audit_row(e) for e in audits]
         # Upserts, not ORM merges: the hub writes on every submission and event, and a merge
@@ -176,17 +178,17 @@ class Store:
         try:
             self._write(rows, changed, decision_rows, audit_rows)
         except BaseException:
-            # What was kept for them goes too: a new workload the cycle then drops is never
-            # saved again, and would stay kept for good (the rest is serialised again).
-            for workload_id, _, _ in committed:
-                self._kept.pop(workload_id, None)
+            # Nothing kept of them stays: a new workload the cycle then drops is never saved
+            # again, and would stay kept for good; the others' next save writes every attempt.
+            for workload_id, _, _, _ in saved:
+                kept.pop(workload_id, None)
             raise
-        # Noted only once committed: after a failed write every attempt is written again.
-        for workload_id, attempts, ended in committed:
+        # Attempts noted only once committed.
+        for workload_id, parts, attempts, ended in saved:
             if ended:
-                written.pop(workload_id, None)
+                kept.pop(workload_id, None)
             else:
-                written[workload_id] = attempts
+                parts.attempts = attempts
 
     def _write(self, *rows: list[tuple[Any, ...]]) -> None:
         workloads, attempts, decisions, audits = rows

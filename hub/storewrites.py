@@ -112,7 +112,7 @@ class Statements:
 
 class Kept:
     """What a store keeps of a live workload between its saves: its spec and the history
-    entries it serialised, as JSON.
+    entries it serialised, as JSON, and its attempts as it last committed them.
 
     A spec never changes (it is frozen, and replaced whole when edited), and a history is only
     appended to, or cut back by a cycle that failed to save (`hub.cycle`): a cut takes the
@@ -120,14 +120,21 @@ class Kept:
     whole history again. Each entry is otherwise serialised once, however many times the
     workload is saved: a workload preempted forty times carries two hundred."""
 
-    __slots__ = ("entries", "history_json", "last", "spec", "spec_json")
+    __slots__ = ("attempts", "entries", "history_json", "last", "spec", "spec_json")
 
-    def __init__(self, spec: WorkloadSpec) -> None:
-        self.spec = spec
-        self.spec_json = spec.model_dump_json()
+    def __init__(self) -> None:
+        self.spec: WorkloadSpec | None = None
+        self.spec_json = ""
         self.entries = 0  # the first `entries` of the history are in `history_json`
         self.last: HistoryEntry | None = None  # the last of them, itself
         self.history_json = ""  # their objects, comma-separated, without the brackets
+        self.attempts: tuple[Attempt, ...] | None = None  # None: not known (`attempt_rows`)
+
+    def spec_of(self, spec: WorkloadSpec) -> str:
+        """`spec` as JSON, serialised again only when the workload's spec was replaced."""
+        if spec is not self.spec:
+            self.spec, self.spec_json = spec, spec.model_dump_json()
+        return self.spec_json
 
     def history(self, history: list[HistoryEntry]) -> str:
         """`history` as a JSON array, serialising only the entries not serialised before."""
@@ -141,16 +148,10 @@ class Kept:
         return f"[{self.history_json}]"
 
 
-def workload_row(w: WorkloadRecord, kept: dict[str, Kept]) -> tuple[Any, ...]:
-    """The row of `w`; `kept` holds what each live workload's saves keep between them (and
-    loses a workload's once it ends)."""
-    parts = kept.get(w.id)
-    if parts is None or parts.spec is not w.spec:
-        parts = kept[w.id] = Kept(w.spec)
-    if w.phase.terminal:
-        del kept[w.id]
+def workload_row(w: WorkloadRecord, kept: Kept) -> tuple[Any, ...]:
+    """The row of `w`, its spec and history from what the store `kept` of it."""
     rest = w.model_dump_json(exclude=_NOT_DUMPED)  # type: ignore[arg-type]
-    data = f'{rest[:-1]},"spec":{parts.spec_json},"history":{parts.history(w.history)}}}'
+    data = f'{rest[:-1]},"spec":{kept.spec_of(w.spec)},"history":{kept.history(w.history)}}}'
     return (w.id, w.spec.team, w.phase.value, w.submitted_at, w.spoke_id, data)
 
 

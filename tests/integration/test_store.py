@@ -265,7 +265,7 @@ def test_a_history_saved_many_times_keeps_every_entry_through_a_cut(db_url: str)
 def test_a_workload_row_holds_what_its_record_serialises_to(store: Store) -> None:
     # Pieces serialised once and joined must read as the record serialised whole.
     record = workload("w1", spoke="s1", phase=Phase.RUNNING)
-    kept: dict[str, Kept] = {}
+    kept = Kept()
     for i in range(3):
         record.note(100.0 + i, "placed", f'on "s{i}"\n')
         row = workload_row(record, kept)
