@@ -160,6 +160,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="USER",
         help="local runtime, spoke run as root: start workloads as this unprivileged user",
     )
+    spoke.add_argument(
+        "--keep-ended",
+        type=float,
+        default=None,
+        metavar="S",
+        help="local runtime: s an ended workload's log and workspace are kept (a week)",
+    )
+    spoke.add_argument(
+        "--keep-ended-max",
+        type=int,
+        default=None,
+        metavar="N",
+        help="local runtime: keep those of the last N ended workloads at most (10000)",
+    )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)
     spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
@@ -314,12 +328,18 @@ def _spoke(args: argparse.Namespace) -> int:
             expose_host=args.expose_host,
             expose_url_host=args.expose_url_host,
             run_as=args.run_as,
+            **_given(keep_ended_s=args.keep_ended, keep_ended=args.keep_ended_max),
         )
         asyncio.run(serve_spoke(settings))
     except (SpokeError, ValidationError, ValueError) as exc:
         print(f"gpufed spoke: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _given(**options: object) -> dict[str, object]:
+    """The options set on the command line; the others keep the settings' defaults."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def _add_nats_flags(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,11 @@ from pydantic import BaseModel, Field
 from schemas import SpokeKind
 from schemas.common import SPOKE_ID_PATTERN
 
+#: An ended workload's files (log, workspace, load file) are kept a week, those of the last
+#: 10,000 ended workloads at most (spoke.runtime.retention).
+KEEP_ENDED_S = 7 * 24 * 3600.0
+KEEP_ENDED = 10_000
+
 
 class SpokeSettings(BaseModel):
     id: str = Field(pattern=SPOKE_ID_PATTERN)
@@ -50,6 +55,10 @@ class SpokeSettings(BaseModel):
     # Local runtime: the unprivileged user workloads run as (the spoke must be root); None:
     # the spoke's own user, which makes the local runtime no isolation boundary (README).
     run_as: str | None = None
+    # Local runtime: how long an ended workload's log and workspace are kept, and for how many
+    # ended workloads at most (the oldest go first).
+    keep_ended_s: float = Field(default=KEEP_ENDED_S, gt=0)
+    keep_ended: int = Field(default=KEEP_ENDED, ge=0)
     kubeconfig: str | None = None
     kube_context: str | None = None
     # Slurm: the partition this spoke offers and submits to, and the account and QOS its jobs

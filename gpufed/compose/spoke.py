@@ -100,13 +100,15 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
     """A function building the runtime around the agent's event sink."""
     if settings.runtime == "local":
         from spoke.runtime.local import LocalRuntime
+        from spoke.runtime.retention import Keep
         from spoke.runtime.runas import RunAs
 
         log_dir = settings.workdir / "logs"
         host, url_host = settings.expose_host, settings.expose_url_host
         run_as = RunAs.resolve(settings.run_as) if settings.run_as else None
+        keep = Keep(settings.keep_ended_s, settings.keep_ended)
         return lambda sink: LocalRuntime(
-            sink, log_dir, expose_host=host, url_host=url_host, run_as=run_as
+            sink, log_dir, expose_host=host, url_host=url_host, run_as=run_as, keep=keep
         )
     if settings.runtime == "kubernetes":
         from spoke.runtime.kubernetes import KubernetesRuntime

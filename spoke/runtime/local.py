@@ -24,7 +24,9 @@ from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay
 from spoke.runtime.exitlog import ExitLog
+from spoke.runtime.leftovers import Leftovers
 from spoke.runtime.processes import alive, end_reason, find_wrappers, until_groups_end
+from spoke.runtime.retention import Keep
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
@@ -73,6 +75,7 @@ class LocalRuntime:
         url_host: str | None = None,
         work_dir: Path | None = None,
         run_as: RunAs | None = None,
+        keep: Keep | None = None,
     ) -> None:
         self._sink = sink
         # A workload without a working_dir starts in work_dir/<id>, never in the spoke's own
@@ -89,6 +92,10 @@ class LocalRuntime:
         self._runs: dict[str, _Run] = {}
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
         self._exits = ExitLog(self.run_dir)
+        # An ended workload's log, workspace and load file: kept by `keep`, then removed.
+        self.leftovers = Leftovers(
+            keep or Keep(), log_dir, self.work_dir, self.load_dir, lambda: self._runs
+        )
         self._devnull: int | None = None  # every workload's stdin
         self._dirs_made = False
         self._turn_at = 0.0  # when a start last let the event loop run the rest of the spoke
@@ -107,6 +114,7 @@ class LocalRuntime:
             await self.stop(launch.workload_id, 0.0, EventPhase.PREEMPTED)
         run = _Run(launch)
         self._runs[launch.workload_id] = run
+        self.leftovers.started(launch.workload_id)
         if not self._dirs_made:  # once per spoke process, not three syscalls per start
             for folder in (self.log_dir, self.run_dir, self.load_dir):
                 folder.mkdir(parents=True, exist_ok=True)
@@ -204,6 +212,7 @@ class LocalRuntime:
                 await self._expose(run)  # the same URL as before, where its port is still free
             run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
         self._exits.prune()
+        self.leftovers.watch()
         return adopted
 
     def capabilities(self) -> RuntimeCapabilities:
@@ -242,6 +251,7 @@ class LocalRuntime:
 
     async def close(self) -> None:
         """Stop watching; the processes run on and a restarted spoke re-adopts them."""
+        await self.leftovers.close()
         for run in self._runs.values():
             if run.relay is not None:
                 await run.relay.close()
@@ -278,8 +288,11 @@ class LocalRuntime:
                 for p in self.log_dir.glob(f"{workload_id}-e*.log")
                 if p.stem.rsplit("-e", 1)[1].isdigit()
             )
-            if not epochs:
-                raise SpokeError(f"no log of workload {workload_id} on this spoke")
+            if not epochs:  # never ran here, or ended long enough ago to be removed
+                raise SpokeError(
+                    f"no log of workload {workload_id} on this spoke (an ended workload's log "
+                    f"is kept {self.leftovers.ended_runs.keep.describe()})"
+                )
             epoch = epochs[-1]
             path = self.log_path(workload_id, epoch)
         assert epoch is not None
@@ -431,6 +444,7 @@ class LocalRuntime:
     def _end(self, run: _Run) -> None:
         launch = run.launch
         self._journal.end(launch)
+        self.leftovers.ended(launch.workload_id, launch.epoch)
         if run.exits is not None:
             self._exits.end(run.exits)
             return
