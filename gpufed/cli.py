@@ -165,14 +165,14 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="S",
-        help="local runtime: s an ended workload's log and workspace are kept (a week)",
+        help="local and Slurm runtimes: s an ended workload's log and workspace are kept (a week)",
     )
     spoke.add_argument(
         "--keep-ended-max",
         type=int,
         default=None,
         metavar="N",
-        help="local runtime: keep those of the last N ended workloads at most (10000)",
+        help="local and Slurm runtimes: keep those of the last N ended workloads at most (10000)",
     )
     spoke.add_argument("--kubeconfig", default=None)
     spoke.add_argument("--context", default=None)

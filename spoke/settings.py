@@ -55,8 +55,8 @@ class SpokeSettings(BaseModel):
     # Local runtime: the unprivileged user workloads run as (the spoke must be root); None:
     # the spoke's own user, which makes the local runtime no isolation boundary (README).
     run_as: str | None = None
-    # Local runtime: how long an ended workload's log and workspace are kept, and for how many
-    # ended workloads at most (the oldest go first).
+    # Local and Slurm runtimes: how long an ended workload's log and workspace are kept, and
+    # for how many ended workloads at most (the oldest go first).
     keep_ended_s: float = Field(default=KEEP_ENDED_S, gt=0)
     keep_ended: int = Field(default=KEEP_ENDED, ge=0)
     kubeconfig: str | None = None

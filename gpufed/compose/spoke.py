@@ -17,6 +17,7 @@ from gpufed.compose.signals import stop_on_signals
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
 from spoke.ports import EventSink, Inventory, Runtime
+from spoke.runtime.retention import Keep
 from spoke.settings import SpokeSettings
 from spoke.telemetry import Telemetry
 
@@ -100,7 +101,6 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
     """A function building the runtime around the agent's event sink."""
     if settings.runtime == "local":
         from spoke.runtime.local import LocalRuntime
-        from spoke.runtime.retention import Keep
         from spoke.runtime.runas import RunAs
 
         log_dir = settings.workdir / "logs"
@@ -125,7 +125,8 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
 
         site = SiteOptions(settings.slurm_partition, settings.slurm_account, settings.slurm_qos)
         cli, logs = SlurmCli(), settings.workdir / "logs"
-        return lambda sink: SlurmRuntime(cli, sink, settings.id, logs, site=site)
+        keep = Keep(settings.keep_ended_s, settings.keep_ended)
+        return lambda sink: SlurmRuntime(cli, sink, settings.id, logs, site=site, keep=keep)
     raise PermanentSpokeError(
         f"unknown runtime {settings.runtime!r}: use local, kubernetes or slurm"
     )

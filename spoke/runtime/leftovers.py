@@ -1,11 +1,12 @@
 """Remove what ended workloads left on a spoke's disk, by the rule of spoke.runtime.retention.
 
-An ended workload left its log (one per epoch, `<log_dir>/<id>-e<epoch>.log`), its workspace
-(`<work_dir>/<id>`, when it named no working_dir) and the load file it may have written
-(`<load_dir>/<id>.load`). A spoke finds on start what an earlier process of it left, then
-removes every `SWEEP_S` what is due. A workspace is first renamed out of the way on the event
-loop (so a workload started again meanwhile makes a fresh one, and a large one never holds the
-loop) and then removed with the logs in a worker thread.
+An ended workload left its log (one per epoch, `<log_dir>/<id>-e<epoch>.log`) and, on the
+local runtime, its workspace (`<work_dir>/<id>`, when it named no working_dir) and the load
+file it may have written (`<load_dir>/<id>.load`); a Slurm spoke's jobs leave only logs. A
+spoke finds on start what an earlier process of it left, then removes every `SWEEP_S` what is
+due. A workspace is first renamed out of the way on the event loop (so a workload started
+again meanwhile makes a fresh one, and a large one never holds the loop) and then removed
+with the logs in a worker thread.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class Leftovers:
         self,
         keep: Keep,
         log_dir: Path,
-        work_dir: Path,
-        load_dir: Path,
+        work_dir: Path | None,
+        load_dir: Path | None,
         live: Callable[[], Container[str]],
         sweep_s: float = SWEEP_S,
     ) -> None:
@@ -101,10 +102,13 @@ class Leftovers:
         """Take the leftover's workspace out of the way of a new start (renamed) and remove
         its load file; the renamed workspace, if it had one."""
         wid = leftover.workload_id
+        if self._work_dir is None:
+            return []
         aside = f"{self._work_dir}{os.sep}{REMOVING}{wid}"
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self._load_dir}{os.sep}{wid}.load")
+            if self._load_dir is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self._load_dir}{os.sep}{wid}.load")
             os.rename(f"{self._work_dir}{os.sep}{wid}", aside)
         except FileNotFoundError:
             return []
@@ -139,7 +143,9 @@ class Leftovers:
         return found, removing
 
 
-def _entries(folder: Path) -> list[os.DirEntry[str]]:
+def _entries(folder: Path | None) -> list[os.DirEntry[str]]:
+    if folder is None:
+        return []
     try:
         with os.scandir(folder) as entries:
             return list(entries)

@@ -1,11 +1,15 @@
-"""Workloads as real Slurm jobs: one node, a two-node gang, exit codes, refusals."""
+"""Workloads as real Slurm jobs: one node, a two-node gang, exit codes, refusals, retention."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import spoke.runtime.slurm.runtime as slurm_runtime
 from schemas import EventPhase
 from spoke.errors import PermanentSpokeError
+from spoke.runtime.retention import Keep
 from spoke.runtime.slurm import SlurmRuntime
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import EventLog, launch
@@ -123,3 +127,25 @@ async def test_a_job_slurm_refuses_raises_slurms_reason(runtime: SlurmRuntime) -
     with pytest.raises(PermanentSpokeError, match="sbatch failed"):
         await runtime.start(launch("too-big", ["true"], gpus=9))
     assert runtime.running() == {}
+
+
+async def test_an_ended_jobs_log_goes_by_the_retention_rule_and_the_job_is_forgotten(
+    slurm_cluster: SlurmCluster, events: EventLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spoke running jobs for months neither fills its log folder nor holds every job it
+    ever submitted."""
+    monkeypatch.setattr(slurm_runtime, "FINISHED_KEPT", 1)
+    runtime = SlurmRuntime(
+        slurm_cluster.cli(), events, "t-keep", tmp_path / "logs", poll_s=0.2, keep=Keep(3600, 1)
+    )
+    try:
+        for name in ("first", "second"):
+            await runtime.start(launch(name, ["sh", "-c", f"echo {name} done"]))
+            await events.wait_end(name)
+        assert runtime.job_id("first") is None  # only the last ended job is remembered
+        assert runtime.job_id("second") is not None
+        assert await runtime.leftovers.sweep() == 1
+    finally:
+        await runtime.close()
+    assert not runtime.log_path("first", 0).exists()
+    assert runtime.log_path("second", 0).read_text().strip() == "second done"

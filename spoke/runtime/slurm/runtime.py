@@ -19,8 +19,11 @@ import structlog
 
 from schemas import EventPhase, RuntimeCapabilities, WorkloadKind
 from spoke.errors import PermanentSpokeError, SpokeError
+from spoke.journal import FINISHED_KEPT
 from spoke.ports import EventSink, Launch, RuntimeEvent
+from spoke.runtime.leftovers import Leftovers
 from spoke.runtime.processes import end_reason
+from spoke.runtime.retention import Keep
 from spoke.runtime.slurm.jobs import SiteOptions, build_batch_job
 from spoke.runtime.slurm.record import JobRecord, Submitted
 from spoke.runtime.slurm.status import (
@@ -72,6 +75,7 @@ class SlurmRuntime:
         run_dir: Path | None = None,
         site: SiteOptions | None = None,
         poll_s: float = 1.0,
+        keep: Keep | None = None,
     ) -> None:
         self._cli = cli
         self._sink = sink
@@ -81,6 +85,9 @@ class SlurmRuntime:
         self._site = site or SiteOptions()
         self._poll_s = poll_s
         self._jobs: dict[str, _Job] = {}
+        self._done: dict[str, None] = {}  # workloads whose last job ended, oldest first
+        # An ended job's log is kept by `keep`, then removed (spoke.runtime.retention).
+        self.leftovers = Leftovers(keep or Keep(), log_dir, None, None, self.running)
         self._record = JobRecord(self.run_dir / "slurm-jobs.jsonl")
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -122,6 +129,8 @@ class SlurmRuntime:
         exit_path.unlink(missing_ok=True)
         job_id = await self._cli.submit(job.options, job.script, job.environment)
         self._jobs[launch.workload_id] = _Job(launch.workload_id, launch.epoch, job_id)
+        self._done.pop(launch.workload_id, None)
+        self.leftovers.started(launch.workload_id)
         self._record.submitted(Submitted(launch.workload_id, launch.epoch, job_id))
         log.info(
             "slurm_job_submitted",
@@ -192,6 +201,7 @@ class SlurmRuntime:
             else:
                 await self._observe(tracked, row)
         self._ensure_polling()
+        self.leftovers.watch()
         log.info("slurm_jobs_adopted", running=len(running))
         return running
 
@@ -206,6 +216,7 @@ class SlurmRuntime:
 
     async def close(self) -> None:
         """Stop polling; the jobs run on and a restarted spoke adopts them."""
+        await self.leftovers.close()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -348,6 +359,19 @@ class SlurmRuntime:
         self._record.ended(tracked.workload_id, tracked.epoch)
         self._exit_path(tracked.workload_id, tracked.epoch).unlink(missing_ok=True)
         tracked.ended.set()
+        self.leftovers.ended(tracked.workload_id, tracked.epoch)
+        self._forget_done(tracked.workload_id)
+
+    def _forget_done(self, workload_id: str) -> None:
+        """Keep the last FINISHED_KEPT ended jobs, as the agent keeps their epochs: a spoke
+        running jobs for months otherwise held every job it ever submitted."""
+        self._done[workload_id] = None
+        while len(self._done) > FINISHED_KEPT:
+            old = next(iter(self._done))
+            del self._done[old]
+            tracked = self._jobs.get(old)
+            if tracked is not None and tracked.done:
+                del self._jobs[old]
 
     async def _send(self, tracked: _Job, outcome: Outcome) -> None:
         log.info(
