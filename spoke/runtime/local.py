@@ -126,6 +126,8 @@ class LocalRuntime:
         if launch.spec.kind.exposes_port:
             run.port = free_port()
         # A workspace the spoke has just made needs no check that it exists and may be entered.
+        if self.leftovers.removing(launch.workload_id):  # started again as its files go
+            await self.leftovers.settled()
         cwd, check_cwd = launch.spec.working_dir, True
         if cwd is None:
             cwd, check_cwd = self._workspace(launch), False

@@ -4,6 +4,7 @@ day must not fill its disk, and must never remove what a running workload uses."
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -108,12 +109,30 @@ async def test_a_workload_started_again_here_keeps_its_workspace_and_earlier_log
     assert spoke.files_of("w") == []
 
 
+async def test_a_workload_started_again_while_its_files_go_starts_in_a_fresh_workspace(
+    tmp_path: Path,
+) -> None:
+    """Its start waits for the removal under way: it never runs in a folder being emptied."""
+    spoke = _Spoke(tmp_path, Keep(seconds=3600, count=0))
+    many = "for i in $(seq 3000); do : > f$i; done"  # a removal that takes a while
+    try:
+        await spoke.run(_launch("w", many, epoch=1))
+        sweep = asyncio.create_task(spoke.runtime.leftovers.sweep())
+        await wait_until(lambda: spoke.runtime.leftovers.removing("w"), what="w's removal")
+        await spoke.run(_launch("w", "ls | wc -l; echo new > mine", epoch=2))
+        assert await sweep == 1
+    finally:
+        await spoke.runtime.close()
+    assert spoke.runtime.read_log("w", 2, 0, 100).data.strip() == b"0"  # none of the 3,000
+    assert (spoke.work / "w" / "mine").read_text() == "new\n"
+
+
 async def test_a_restarted_spoke_removes_what_an_earlier_one_left_past_its_time(
     tmp_path: Path,
 ) -> None:
     """The files of workloads that ended before a restart are found on disk: those older than
-    the rule allows go, as does a workspace whose removal a crash cut short; a recent one
-    stays, and so does an old one whose workload still runs, and any file not a workload's."""
+    the rule allows go; a recent one stays, and so does an old one whose workload still runs,
+    and any file not a workload's."""
     keep = Keep(seconds=24 * 3600, count=100)
     release = tmp_path / "release"
     first = _Spoke(tmp_path, keep)
@@ -133,18 +152,15 @@ async def test_a_restarted_spoke_removes_what_an_earlier_one_left_past_its_time(
             first.load / f"{wid}.load",
         ):
             os.utime(path, (two_days_ago, two_days_ago))
-    cut_short = first.work / ".removing-gone"
-    (cut_short / "deep").mkdir(parents=True)
-    (cut_short / "deep" / "checkpoint").write_text("x")
     (first.logs / "notes.txt").write_text("an operator's file")
 
     second = _Spoke(tmp_path, keep)
     try:
         assert await second.runtime.adopt() == {"runs": 1}
         await wait_until(
-            lambda: not second.files_of("old") and not cut_short.exists(),
+            lambda: not second.files_of("old"),
             timeout=10,
-            what="the old workload's files and the half-removed workspace to go",
+            what="the old workload's files to go",
         )
         assert second.files_of("recent") == ["recent-e1.log", "work/result.txt", "load"]
         assert second.files_of("runs") == ["runs-e1.log", "work/result.txt", "load"]
