@@ -23,6 +23,9 @@ JSON (never asserts a time):
   creations (its workspace and its log; its exit code is a line appended to the spoke's exit
   log); on a file system where one costs hundreds of microseconds of CPU they are a large part
   of a run (`--dir /dev/shm` tells the federation's own cost from the file system's).
+- `--keep-ended N`: each spoke keeps the files of its last N ended workloads (`gpufed spoke
+  --keep-ended-max`; default 10,000, which a run of 12,000 passes only at its end), so a run
+  pays from its first seconds for removing them, as a spoke running for hours does.
 
 Every result carries `machine_ref_us` (`bench/machine.py`): how fast the machine ran the hub's
 Python just before, to tell a slow hour from a slower commit.
@@ -442,6 +445,9 @@ def main() -> None:
     parser.add_argument("--bulk", type=int, default=0, help="submit this many in batches")
     parser.add_argument("--dir", type=Path, help="make the federation's folder under this one")
     parser.add_argument(
+        "--keep-ended", type=int, help="spokes keep the files of their last N ended workloads"
+    )
+    parser.add_argument(
         "--replot",
         nargs="+",
         metavar="LABEL=RESULT.json",
@@ -457,7 +463,9 @@ def main() -> None:
         return
     machine_ref_us = machine.reference_us()  # before anything of ours runs beside it
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-", dir=args.dir) as tmp:
-        fed = Federation(Path(tmp), api_port=0, fleet=FLEET, policy=POLICY)
+        keep = () if args.keep_ended is None else ("--keep-ended-max", str(args.keep_ended))
+        spoke_args = ("--stop-workloads-on-exit", *keep)
+        fed = Federation(Path(tmp), api_port=0, fleet=FLEET, policy=POLICY, spoke_args=spoke_args)
         try:
             print("starting the embedded federation", file=sys.stderr, flush=True)
             fed.start()
