@@ -125,9 +125,9 @@ class LocalRuntime:
         log_path = f"{self._log_prefix}{launch.workload_id}-e{launch.epoch}.log"
         if launch.spec.kind.exposes_port:
             run.port = free_port()
-        # A workspace the spoke has just made needs no check that it exists and may be entered.
         if self.leftovers.removing(launch.workload_id):  # started again as its files go
             await self.leftovers.settled()
+        # A workspace the spoke has just made needs no check that it exists and may be entered.
         cwd, check_cwd = launch.spec.working_dir, True
         if cwd is None:
             cwd, check_cwd = self._workspace(launch), False
