@@ -30,6 +30,19 @@ SWEEP_S = 10.0
 Found = list[tuple[float, str, int | None]]  # (modification time, workload id, epoch or None)
 
 
+def log_name(workload_id: str, epoch: int) -> str:
+    """The file name of a workload's log for one epoch, in every runtime that keeps logs."""
+    return f"{workload_id}-e{epoch}.log"
+
+
+def log_of(name: str) -> tuple[str, int] | None:
+    """The workload and epoch a `log_name` holds; None: not a workload's log."""
+    stem, _, epoch = name.removesuffix(".log").rpartition("-e")
+    if name.endswith(".log") and stem and epoch.isdigit():
+        return stem, int(epoch)
+    return None
+
+
 class Leftovers:
     """Which ended workloads' files a runtime keeps, and their removal when due."""
 
@@ -106,7 +119,7 @@ class Leftovers:
         logs, work, load = f"{self._log_dir}{os.sep}", self._work_dir, self._load_dir
         for leftover in due:
             wid = leftover.workload_id
-            paths = [f"{logs}{wid}-e{epoch}.log" for epoch in leftover.epochs]
+            paths = [logs + log_name(wid, epoch) for epoch in leftover.epochs]
             if load is not None:
                 paths.append(f"{load}{os.sep}{wid}.load")
             for path in paths:
@@ -125,9 +138,9 @@ class Leftovers:
         live = self._live()
         found: Found = []
         for entry in _entries(self._log_dir):
-            stem, _, epoch = entry.name.removesuffix(".log").rpartition("-e")
-            if entry.name.endswith(".log") and stem and epoch.isdigit() and stem not in live:
-                found.append((_mtime(entry), stem, int(epoch)))
+            named = log_of(entry.name)
+            if named is not None and named[0] not in live:
+                found.append((_mtime(entry), *named))
         for entry in _entries(self._work_dir):
             if entry.is_dir(follow_symlinks=False) and entry.name not in live:
                 found.append((_mtime(entry), entry.name, None))

@@ -24,7 +24,7 @@ from spoke.errors import SpokeError
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay
 from spoke.runtime.exitlog import ExitLog
-from spoke.runtime.leftovers import Leftovers
+from spoke.runtime.leftovers import Leftovers, log_name, log_of
 from spoke.runtime.processes import alive, end_reason, find_wrappers, until_groups_end
 from spoke.runtime.retention import Keep
 from spoke.runtime.runas import RunAs
@@ -122,7 +122,7 @@ class LocalRuntime:
         if self._devnull is None:
             # stdin, and stdout until the wrapper has opened the log
             self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        log_path = f"{self._log_prefix}{launch.workload_id}-e{launch.epoch}.log"
+        log_path = self._log_prefix + log_name(launch.workload_id, launch.epoch)
         if launch.spec.kind.exposes_port:
             run.port = free_port()
         if self.leftovers.removing(launch.workload_id):  # started again as its files go
@@ -271,7 +271,7 @@ class LocalRuntime:
         self._journal.close()
 
     def log_path(self, workload_id: str, epoch: int) -> Path:
-        return self.log_dir / f"{workload_id}-e{epoch}.log"
+        return self.log_dir / log_name(workload_id, epoch)
 
     def read_log(
         self, workload_id: str, epoch: int | None, offset: int | None, max_bytes: int
@@ -285,11 +285,8 @@ class LocalRuntime:
                 return LogChunk(b"", 0, 0, 0, epoch)
         if path is None or not path.exists():
             # The latest epoch that ran here (a requeued workload's new epoch may not have).
-            epochs = sorted(
-                int(p.stem.rsplit("-e", 1)[1])
-                for p in self.log_dir.glob(f"{workload_id}-e*.log")
-                if p.stem.rsplit("-e", 1)[1].isdigit()
-            )
+            named = (log_of(p.name) for p in self.log_dir.glob(f"{workload_id}-e*.log"))
+            epochs = sorted(n[1] for n in named if n is not None and n[0] == workload_id)
             if not epochs:  # never ran here, or ended long enough ago to be removed
                 raise SpokeError(
                     f"no log of workload {workload_id} on this spoke (an ended workload's log "
@@ -323,7 +320,7 @@ class LocalRuntime:
         else:
             phase = EventPhase.FAILED
             reason = reason or end_reason(exit_code)
-        log_path = f"{self._log_prefix}{launch.workload_id}-e{launch.epoch}.log"
+        log_path = self._log_prefix + log_name(launch.workload_id, launch.epoch)
         log.info(  # the one line per workload
             "process_ended",
             workload=launch.workload_id,

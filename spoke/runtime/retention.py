@@ -23,11 +23,10 @@ class Keep:
 
     def describe(self) -> str:
         """As a person reads it: "for 7 days, the last 10000 at most"."""
-        for unit, size in (("day", 86400), ("hour", 3600), ("second", 1)):
-            if self.seconds >= size or unit == "second":
-                n = self.seconds / size
-                return f"for {n:g} {unit}{'' if n == 1 else 's'}, the last {self.count} at most"
-        raise AssertionError  # unreachable: seconds ends the loop
+        units = (("day", 86400), ("hour", 3600))
+        unit, size = next((u for u in units if self.seconds >= u[1]), ("second", 1))
+        n = self.seconds / size
+        return f"for {n:g} {unit}{'' if n == 1 else 's'}, the last {self.count} at most"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from schemas import EventPhase, RuntimeCapabilities, WorkloadKind
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.journal import FINISHED_KEPT
 from spoke.ports import EventSink, Launch, RuntimeEvent
-from spoke.runtime.leftovers import Leftovers
+from spoke.runtime.leftovers import Leftovers, log_name
 from spoke.runtime.processes import end_reason
 from spoke.runtime.retention import Keep
 from spoke.runtime.slurm.jobs import SiteOptions, build_batch_job
@@ -228,7 +228,7 @@ class SlurmRuntime:
 
     def log_path(self, workload_id: str, epoch: int) -> Path:
         """Where the job's output (every node's stdout and stderr) goes."""
-        return self.log_dir / f"{workload_id}-e{epoch}.log"
+        return self.log_dir / log_name(workload_id, epoch)
 
     def job_id(self, workload_id: str) -> str | None:
         """The Slurm job id of a workload's current epoch, if known."""
