@@ -7,12 +7,16 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nats.errors as nats_errors
 
 from gpufed import __version__, logs
 from gpufed.authority_cmd import add_authority_commands
 from gpufed.secretfile import read_secret_file
+
+if TYPE_CHECKING:
+    from hub.settings import HubSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="DOMAIN",
         help="source the event stream of the regional leaf node with this JetStream domain",
+    )
+    hub.add_argument(
+        "--keep-ended",
+        type=float,
+        default=None,
+        metavar="S",
+        help="s an ended workload stays in the store and in usage reports (90 days)",
     )
     hub.set_defaults(func=_hub)
 
@@ -226,13 +237,30 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _hub(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from gpufed.compose import loop
     from gpufed.compose.hub import serve_hub
     from hub.errors import HubError
-    from hub.settings import HubSettings
 
     logs.configure()
-    settings = HubSettings(
+    try:
+        settings = _hub_settings(args)
+    except (ValidationError, ValueError) as exc:
+        print(f"gpufed hub: {exc}", file=sys.stderr)
+        return 1
+    try:
+        loop.run(serve_hub(settings))
+    except (HubError, OSError) as exc:
+        print(f"gpufed hub: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _hub_settings(args: argparse.Namespace) -> HubSettings:
+    from hub.settings import HubSettings
+
+    return HubSettings(
         nats_url=_nats_url(args),
         nats_creds=args.nats_creds,
         nats_ca=args.nats_ca,
@@ -248,13 +276,8 @@ def _hub(args: argparse.Namespace) -> int:
         admin_token=args.admin_token,
         oidc_config=args.oidc_config,
         event_domains=tuple(args.event_domain),
+        **_given(keep_ended_s=args.keep_ended),
     )
-    try:
-        loop.run(serve_hub(settings))
-    except (HubError, OSError) as exc:
-        print(f"gpufed hub: {exc}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _region_streams(args: argparse.Namespace) -> int:

@@ -104,6 +104,11 @@ class HubMetrics:
             ["reason"],
             registry=r,
         )
+        self.removed = Counter(
+            "gpufed_workloads_removed",
+            "Ended workloads removed from the store once kept their time (--keep-ended).",
+            registry=r,
+        )
         self._queue_waits: dict[str, Histogram] = {}
         for reason in REQUEUE_REASONS:
             self.requeues.labels(reason)

@@ -1,4 +1,5 @@
-"""Schema migrations 5 and later (attempts, instance bills, tokens, audit, usage, outbox).
+"""Schema migrations 5 and later (attempts, instance bills, tokens, audit, usage, outbox,
+retention).
 
 Split from `hub.migrations`, which lists every step in `MIGRATIONS` and applies them; these
 steps are frozen once released, as the earlier ones are (docs/store.md).
@@ -21,7 +22,10 @@ from sqlalchemy import (
     String,
     Table,
     delete,
+    func,
     select,
+    text,
+    update,
 )
 
 log = structlog.get_logger(__name__)
@@ -278,3 +282,59 @@ def v9_decisions_outbox(conn: Connection) -> None:
     dropped = conn.execute(delete(decisions).where(decisions.c.published.is_(True))).rowcount
     Index("ix_decisions_workload_id", decisions.c.workload_id).drop(conn, checkfirst=True)
     log.info("schema_outbox_emptied", table="decisions", rows=dropped)
+
+
+#: Phases a workload never leaves (`schemas.Phase.terminal`, as they were written at v10).
+_TERMINAL_AT_V10 = ("succeeded", "failed", "cancelled")
+
+
+def v10_finished_at(conn: Connection) -> None:
+    """workloads.finished_at (indexed where set): when an ended workload ended, NULL while it
+    lives, so ended workloads past their keep (`hub.retention`) are found without reading
+    every row. Backfilled for the ended ones in two statements on both backends (a JSON read
+    per row took seven minutes for 434,000 workloads; this takes seconds)."""
+    finished_at = Table("workloads", MetaData(), Column("finished_at", Float)).c.finished_at
+    conn.execute(text("ALTER TABLE workloads ADD COLUMN finished_at FLOAT"))
+    # Partial: a live workload's NULL is not indexed, so a save of one costs no index entry.
+    ended = finished_at.isnot(None)
+    Index(
+        "ix_workloads_finished_at", finished_at, sqlite_where=ended, postgresql_where=ended
+    ).create(conn)
+    filled = backfill_finished_at(conn)
+    log.info("schema_backfilled", table="workloads", column="finished_at", rows=filled)
+
+
+def backfill_finished_at(conn: Connection) -> int:
+    """Set `finished_at` of every ended workload: the end of its last attempt, or its
+    submission when it never ran; return how many rows it set (bench/store_retention.py).
+
+    The ends are read in one grouped pass over the attempts and joined (`UPDATE ... FROM`):
+    a subquery per row ran for over ten minutes on PostgreSQL for 100,000 workloads."""
+    metadata = MetaData()
+    workloads = Table(
+        "workloads",
+        metadata,
+        Column("id", String, primary_key=True),
+        Column("phase", String),
+        Column("submitted_at", Float),
+        Column("finished_at", Float, nullable=True),
+    )
+    attempts = Table("attempts", metadata, Column("workload_id", String), Column("ended_at", Float))
+    ended = workloads.c.phase.in_(_TERMINAL_AT_V10)
+    last = (
+        select(attempts.c.workload_id, func.max(attempts.c.ended_at).label("ended_at"))
+        .group_by(attempts.c.workload_id)
+        .subquery()
+    )
+    conn.execute(
+        update(workloads)
+        .where(workloads.c.id == last.c.workload_id, ended)
+        .values(finished_at=last.c.ended_at)
+    )
+    conn.execute(  # never ran (or no attempt says when it ended): its submission
+        update(workloads)
+        .where(ended, workloads.c.finished_at.is_(None))
+        .values(finished_at=workloads.c.submitted_at)
+    )
+    count = select(func.count()).select_from(workloads).where(ended)
+    return int(conn.execute(count).scalar_one())

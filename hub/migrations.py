@@ -342,5 +342,6 @@ MIGRATIONS: tuple[Migration, ...] = (
         "decisions as an outbox: published ones deleted, the workload_id index dropped",
         steps.v9_decisions_outbox,
     ),
+    Migration(10, "workloads.finished_at (indexed, backfilled)", steps.v10_finished_at),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

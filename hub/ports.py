@@ -62,6 +62,10 @@ class Store(Protocol):
         not ended before `since`, of `teams` when given; oldest submission first. A superset
         of the work that ran inside the window: `hub.usage` counts the exact overlap."""
 
+    def remove_finished(self, before: float, limit: int) -> int:
+        """Remove up to `limit` workloads that ended before `before` (the longest ended first)
+        with their attempts; return how many went. Never a live workload."""
+
     def mark_published(self, decision_ids: Iterable[str] = ()) -> None:
         """Mark these decisions, and those left by `mark_published_later`, published now.
         Idempotent; unknown ids are ignored."""

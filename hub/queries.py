@@ -19,6 +19,7 @@ from hub.metrics import HubMetrics
 from hub.ports import Store
 from hub.publishing import Publisher
 from hub.records import SpokeRecord, WorkloadRecord
+from hub.retention import not_found
 from hub.state import HubState
 from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
 from hub.views import teams_view
@@ -96,7 +97,7 @@ class HubView:
         """A workload, live or ended; raises NotFound."""
         record = self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
         if record is None:
-            raise NotFound(f"no workload {workload_id}")
+            raise NotFound(not_found(workload_id, self.state.settings.keep_ended_s))
         return record
 
     async def find_workloads(

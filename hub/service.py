@@ -46,6 +46,7 @@ from hub.ports import Store
 from hub.publishing import Publisher, decision
 from hub.queries import HubView
 from hub.records import DecisionRecord, Records, WorkloadRecord
+from hub.retention import not_found, sweep_ended
 from hub.services import ServiceController
 from hub.settings import HubSettings
 from hub.state import HubState
@@ -168,6 +169,7 @@ class HubService(HubView):
             supervise(instances, "hub-burst"),
             supervise(self.leadership.watch(stop), "hub-leadership"),
             supervise(self.services.run(stop), "hub-services"),
+            supervise(sweep_ended(self.state, stop), "hub-retention"),
         ]
         await self.publisher.republish_unpublished()
         self.ready.set()
@@ -335,7 +337,7 @@ class HubService(HubView):
             if record is None:
                 stored = await self.db(self.store.get, workload_id)
                 if stored is None:
-                    raise NotFound(f"no workload {workload_id}")
+                    raise NotFound(not_found(workload_id, self.settings.keep_ended_s))
                 raise Conflict(f"workload {workload_id} already ended {stored.phase.value}")
             now = self.clock()
             live = record.live

@@ -6,6 +6,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+#: How long an ended workload stays in the store by default (`hub.retention`).
+KEEP_ENDED_S = 90 * 24 * 3600.0
+
 
 class HubSettings(BaseModel):
     nats_url: str = "nats://127.0.0.1:4222"
@@ -48,6 +51,15 @@ class HubSettings(BaseModel):
     )
     missing_grace_s: float = Field(
         default=5.0, ge=0, description="How long a placement may be absent from a spoke's sync."
+    )
+    keep_ended_s: float = Field(
+        default=KEEP_ENDED_S,
+        gt=0,
+        description="How long an ended workload stays in the store (and in usage reports) "
+        "before the leader removes it with its attempts.",
+    )
+    sweep_ended_every_s: float = Field(
+        default=60.0, gt=0, description="How often the leader removes what is past its keep."
     )
     drain_s: int = Field(
         default=10,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, Index, LargeBinary, event, text
+from sqlalchemy import Engine, Index, LargeBinary, delete, event, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
 
@@ -46,13 +46,24 @@ _TERMINAL = [p.value for p in Phase if p.terminal]
 _ATTEMPT_BATCH = 500
 
 
+#: Only ended workloads have a `finished_at`: a live one's NULL is left out of its index.
+_ENDED = text("finished_at IS NOT NULL")
+
+
 class WorkloadRow(SQLModel, table=True):
     __tablename__ = "workloads"
+    __table_args__ = (
+        Index(
+            "ix_workloads_finished_at", "finished_at", sqlite_where=_ENDED, postgresql_where=_ENDED
+        ),
+    )
     id: str = Field(primary_key=True)
     team: str = Field(index=True)
     phase: str = Field(index=True)
     submitted_at: float = Field(index=True)
     spoke_id: str | None = Field(default=None, index=True)
+    # When it ended (NULL while it lives): ended workloads leave after their keep (migration 10)
+    finished_at: float | None = None
     data: str
 
 
@@ -282,6 +293,25 @@ class Store:
                 query = query.where(col(WorkloadRow.team).in_(list(teams)))
             query = query.order_by(col(WorkloadRow.submitted_at))
             return self._with_attempts(session, session.exec(query).all())
+
+    def remove_finished(self, before: float, limit: int) -> int:
+        """Remove up to `limit` workloads that ended before `before`, the longest ended first,
+        with their attempts, in one transaction; return how many went. A live workload is
+        never one of them (its `finished_at` is NULL)."""
+        workloads, attempts = WorkloadRow.__table__, AttemptRow.__table__  # type: ignore[attr-defined]
+        with self.engine.begin() as conn:
+            ids = list(
+                conn.execute(
+                    select(workloads.c.id)
+                    .where(workloads.c.finished_at < before)
+                    .order_by(workloads.c.finished_at)
+                    .limit(limit)
+                ).scalars()
+            )
+            if ids:
+                conn.execute(delete(attempts).where(attempts.c.workload_id.in_(ids)))
+                conn.execute(delete(workloads).where(workloads.c.id.in_(ids)))
+        return len(ids)
 
     def _with_attempts(self, session: Session, rows: Sequence[WorkloadRow]) -> list[WorkloadRecord]:
         attempts: dict[str, list[Attempt]] = defaultdict(list)

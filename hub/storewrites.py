@@ -68,7 +68,7 @@ class Statements:
         return cls(
             workload=_upsert(
                 "workloads",
-                ("id", "team", "phase", "submitted_at", "spoke_id", "data"),
+                ("id", "team", "phase", "submitted_at", "spoke_id", "finished_at", "data"),
                 ("id",),
                 mark,
                 fixed=("team", "submitted_at"),  # a workload's team and submission never change
@@ -152,7 +152,15 @@ def workload_row(w: WorkloadRecord, kept: Kept) -> tuple[Any, ...]:
     """The row of `w`, its spec and history from what the store `kept` of it."""
     rest = w.model_dump_json(exclude=_NOT_DUMPED)  # type: ignore[arg-type]
     data = f'{rest[:-1]},"spec":{kept.spec_of(w.spec)},"history":{kept.history(w.history)}}}'
-    return (w.id, w.spec.team, w.phase.value, w.submitted_at, w.spoke_id, data)
+    return (w.id, w.spec.team, w.phase.value, w.submitted_at, w.spoke_id, finished_at(w), data)
+
+
+def finished_at(w: WorkloadRecord) -> float | None:
+    """When an ended workload ended (its submission if it has no `finished_at`), by which
+    `Store.remove_finished` finds it; None while it lives."""
+    if not w.phase.terminal:
+        return None
+    return w.finished_at if w.finished_at is not None else w.submitted_at
 
 
 def attempt_rows(

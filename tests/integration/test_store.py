@@ -73,6 +73,38 @@ def test_active_excludes_terminal_and_is_oldest_first(store: Store) -> None:
     assert [w.id for w in store.active()] == ["early", "middle", "late"]
 
 
+def test_ended_workloads_past_their_keep_go_with_their_attempts_longest_ended_first(
+    store: Store,
+) -> None:
+    def ended(wid: str, phase: Phase, finished: float | None) -> WorkloadRecord:
+        record = workload(wid, phase=phase, at=10.0, spoke="s1")
+        record.finished_at = finished
+        return record
+
+    store.save(
+        [
+            ended("old", Phase.SUCCEEDED, 100.0),
+            ended("older", Phase.FAILED, 50.0),
+            ended("recent", Phase.CANCELLED, 300.0),
+            ended("unstamped", Phase.CANCELLED, None),  # ended without a time: its submission
+            workload("running", phase=Phase.RUNNING, at=1.0, spoke="s2"),
+            workload("queued", at=1.0),
+        ]
+    )
+
+    assert store.remove_finished(before=200.0, limit=2) == 2
+    assert {w.id for w in store.find()} == {"old", "recent", "running", "queued"}
+    assert store.remove_finished(before=200.0, limit=2) == 1
+    assert store.get("old") is None
+    with store.engine.connect() as conn:
+        held = conn.execute(text("SELECT workload_id FROM attempts ORDER BY workload_id"))
+        assert [row[0] for row in held] == ["recent", "running"]
+    # However late the cut, a live workload never goes.
+    assert store.remove_finished(before=1e12, limit=100) == 1
+    assert {w.id for w in store.find()} == {"running", "queued"}
+    assert store.active()[0].attempts == workload("running", at=1.0, spoke="s2").attempts
+
+
 def test_find_filters_by_team_and_phases_newest_first_with_limit(store: Store) -> None:
     store.save(
         [

@@ -28,9 +28,10 @@ from sqlmodel.sql.sqltypes import AutoString
 import hub.authstore  # noqa: F401  (registers the token and audit tables)
 import hub.migrations as migrations
 from hub import migration_steps
-from hub.core.lifecycle import EndReason
+from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
 from hub.store import Store
+from hub.storewrites import ATTEMPT_ADAPTER
 from schemas import Assignment, Phase
 from schemas.burst import InstanceEvent, InstanceState, Market
 from tests.integration.databases import decision, workload
@@ -242,6 +243,54 @@ def test_published_decisions_are_dropped_from_the_outbox(
     assert "ix_decisions_workload_id" not in indexes
 
 
+def test_workloads_ended_before_the_finish_column_get_their_end_and_can_go(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _migrate_up_to(9, engine, monkeypatch)
+    rows = [  # id, phase, submitted_at, (epoch, ended_at) of its attempts
+        ("w-done", "succeeded", 1.0, [(1, 50.0)]),
+        ("w-never-ran", "cancelled", 7.0, []),  # cancelled in the queue: its submission
+        ("w-requeued", "failed", 2.0, [(1, 400.0), (2, 500.0)]),  # its last attempt's end
+        ("w-running", "running", 3.0, [(1, 20.0), (2, None)]),
+    ]
+    with engine.begin() as conn:
+        for wid, phase, submitted, attempts in rows:
+            data = workload(wid).model_dump(mode="json", exclude={"attempts"})
+            data.update(phase=phase, submitted_at=submitted)
+            conn.execute(
+                text(
+                    "INSERT INTO workloads (id, team, phase, submitted_at, spoke_id, data)"
+                    " VALUES (:id, 'vision', :phase, :at, NULL, :data)"
+                ),
+                {"id": wid, "phase": phase, "at": submitted, "data": json.dumps(data)},
+            )
+            for epoch, ended_at in attempts:
+                conn.execute(
+                    text(
+                        "INSERT INTO attempts (workload_id, epoch, spoke_id, placed_at, ended_at,"
+                        " end_reason, data) VALUES (:id, :epoch, 's1', 1.0, :ended, NULL, :data)"
+                    ),
+                    {
+                        "id": wid,
+                        "epoch": epoch,
+                        "ended": ended_at,
+                        "data": _attempt(epoch, ended_at),
+                    },
+                )
+
+    store = Store(db_url)  # migrates to the latest version
+    try:
+        with store.engine.connect() as conn:
+            stamped = conn.execute(text("SELECT id, finished_at FROM workloads ORDER BY id"))
+            assert {row[0]: row[1] for row in stamped} == {
+                "w-done": 50.0, "w-never-ran": 7.0, "w-requeued": 500.0, "w-running": None,
+            }  # fmt: skip
+        assert store.remove_finished(before=100.0, limit=10) == 2
+        assert {w.id for w in store.find()} == {"w-requeued", "w-running"}
+    finally:
+        store.close()
+
+
 def test_database_newer_than_the_code_is_refused(db_url: str, engine: Engine) -> None:
     migrate(engine)
     with engine.begin() as conn:
@@ -364,6 +413,12 @@ Table(
     Column("last_seen", Float, nullable=False),
     Column("report", AutoString, nullable=True),
 )
+
+
+def _attempt(epoch: int, ended_at: float | None) -> str:
+    end = EndReason.FAILED if ended_at is not None else None
+    attempt = Attempt(epoch, "s1", (), placed_at=1.0, ended_at=ended_at, end_reason=end)
+    return ATTEMPT_ADAPTER.dump_json(attempt).decode()
 
 
 def _migrate_up_to(version: int, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
