@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +274,14 @@ def _usage(args: argparse.Namespace) -> int:
         print(f"gpufed usage: {exc}", file=sys.stderr)
         return 2
     data = args.client.usage(since, until, args.by)
+    kept_since = data.get("kept_since")
+    if kept_since is not None and since < kept_since:
+        print(
+            "gpufed usage: runs of workloads that ended before "
+            f"{datetime.fromtimestamp(kept_since, UTC):%Y-%m-%d %H:%M:%S} UTC are not counted: "
+            "the hub no longer keeps them (gpufed hub --keep-ended)",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(data, indent=2))
         return 0

@@ -3,10 +3,14 @@ the queue stay, whatever their age."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufed.cli import main
 from hub.core.policy import Policy
 from hub.records import WorkloadRecord
 from hub.retention import remove_ended
@@ -24,6 +28,8 @@ DAY = 86400.0
 
 async def test_ended_workloads_go_after_their_keep_and_live_ones_stay(
     fed: InProcessFederation,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     await fed.start_hub(keep_ended_s=KEEP_S, sweep_ended_every_s=0.1)
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
@@ -46,8 +52,21 @@ async def test_ended_workloads_go_after_their_keep_and_live_ones_stay(
     assert answer["message"] == f"no workload {done} (an ended workload is kept 3 s)"
     assert (await fed.workload(long))["phase"] == "running"
     assert (await fed.workload(waiting))["phase"] == "queued"
+    # Usage reaches back as far as workloads are kept: the removed run is no longer counted,
+    # and the report says from when it counts.
+    usage = (await api.get("/v1/usage")).json()
+    assert usage["totals"]["attempts"] == 1  # `long`'s run
+    assert time.time() - KEEP_S - 5 < usage["kept_since"] <= time.time() - KEEP_S
     listed = (await api.get("/v1/workloads")).json()
     assert {w["id"] for w in listed} == {long, waiting}
+
+    async with fed.serve() as url:  # `gpufed usage` as a user types it
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["usage", "--since", "1h"]) == 0
+    err = capsys.readouterr().err
+    assert "runs of workloads that ended before" in err and "are not counted" in err
 
     # A workload cancelled in the queue has ended too: it goes once kept its time.
     assert (await api.delete(f"/v1/workloads/{waiting}")).status_code == 202
