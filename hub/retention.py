@@ -49,18 +49,19 @@ async def remove_ended(state: HubState, batch: int = REMOVE_BATCH, pause_s: floa
     """Remove every workload past its keep now (`keep_ended_s`), `batch` to a transaction on
     the store thread with `pause_s` after each full one; return how many went (counted in
     `gpufed_workloads_removed_total` as they go)."""
-    before = removable_before(state.clock(), state.settings.keep_ended_s)
+    told = state.clock()  # when progress was last logged
+    before = removable_before(told, state.settings.keep_ended_s)
     removed = 0
-    told = state.clock()
     while True:
         count = await state.db(state.store.remove_finished, before, batch)
         removed += count
         state.metrics.removed.inc(count)
         if count < batch:
             return removed
-        if state.clock() - told >= PROGRESS_EVERY_S:
+        now = state.clock()
+        if now - told >= PROGRESS_EVERY_S:
             log.info("ended_workloads_removing", removed=removed, ended_before=before)
-            told = state.clock()
+            told = now
         await asyncio.sleep(pause_s)
 
 
