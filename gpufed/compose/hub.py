@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from fastapi import FastAPI
 
 from bus.client import Bus, BusSettings
 from bus.identities import HUB, inbox_prefix
+from gpufed.compose import collector
 from gpufed.compose.signals import stop_on_signals
 from hub.api import create_app
 from hub.apideps import ApiSecurity
@@ -94,10 +94,7 @@ async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) ->
     """Run the hub and its API until SIGINT/SIGTERM (or `stop`)."""
     stop = stop or asyncio.Event()
     hub = build_hub(settings)
-    # Long-lived objects (policy, records) would be rescanned by every full collection, and
-    # such pauses land inside scheduling cycles: move what exists at start out of the GC's way.
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
+    collector.settle()  # its pauses would land inside scheduling cycles
     stop_on_signals(stop)
     server = api_server(hub.app, settings)
     hub_task = asyncio.create_task(hub.service.run(stop))

@@ -13,6 +13,7 @@ from typing import Any
 from bus.client import Bus, BusSettings
 from bus.identities import inbox_prefix
 from bus.metrics_http import serve_metrics
+from gpufed.compose import collector
 from gpufed.compose.signals import stop_on_signals
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
@@ -57,6 +58,7 @@ async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None
     _watch_children_with_pidfd(asyncio.get_running_loop())
     stop_on_signals(stop)
     agent = build_spoke(settings)
+    collector.settle()  # its pauses would hold up a run of workload starts
     if settings.metrics_port is None:
         await agent.run(stop)
         return
