@@ -237,8 +237,6 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _hub(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
     from gpufed.compose import loop
     from gpufed.compose.hub import serve_hub
     from hub.errors import HubError
@@ -246,7 +244,7 @@ def _hub(args: argparse.Namespace) -> int:
     logs.configure()
     try:
         settings = _hub_settings(args)
-    except (ValidationError, ValueError) as exc:
+    except ValueError as exc:  # pydantic's ValidationError among them: a setting refused
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
     try:
