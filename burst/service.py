@@ -38,7 +38,7 @@ from burst.fleet import InstanceRecord, cloud_fleet, still_listed
 from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
 from bus.client import Bus
-from bus.tasks import supervise
+from bus.tasks import pause, supervise
 from schemas import subjects
 from schemas.burst import (
     BURST_DEMAND,
@@ -189,8 +189,7 @@ class BurstController:
                 reply = BurstStateReply.model_validate_json(msg.data)
             except (TimeoutError, nats.errors.Error, ValidationError) as exc:
                 log.info("burst_state_waiting", error=type(exc).__name__)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                await pause(stop, delay)
                 delay = min(delay * 2, 2.0)
                 continue
             self._adopt(reply)

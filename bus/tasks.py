@@ -4,11 +4,15 @@ A service gathers its tasks only when it stops; until then a task that ended wit
 goes unnoticed while everything else looks healthy (the hub's event consumer once died on a
 timed-out consumer creation and the hub never heard another event). `supervise` logs such an
 end at once, with the exception, under the task's name.
+
+Most such tasks are loops that do their work and then `pause` until the next round, cut short
+when the service stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -34,3 +38,12 @@ def _report_death(task: asyncio.Task[Any]) -> None:
         log.error(
             "task_died", task=task.get_name(), error=f"{type(exc).__name__}: {exc}", exc_info=exc
         )
+
+
+async def pause(stop: asyncio.Event, seconds: float) -> None:
+    """Wait `seconds`, or less if `stop` is set meanwhile: the wait between a loop's rounds.
+
+    `asyncio.timeout` rather than `asyncio.wait_for`: no task of its own for every wait."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()

@@ -31,6 +31,8 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
+from bus.tasks import pause
+
 log = structlog.get_logger(__name__)
 
 #: The advisory lock's key: "gpufed" spelled as a number, one lock per database.
@@ -82,8 +84,7 @@ class Leadership:
                     log.info("hub_standby", holder=self.holder)
                     waited = True
                 if self._conn is None:  # the store is unreachable: wait before trying again
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self.poll_s)
+                    await pause(stop, self.poll_s)
             if stop.is_set():
                 return 0
         self.term = await bump_term()  # type: ignore[operator]
@@ -103,8 +104,7 @@ class Leadership:
                 self._close()
                 self.lost.set()
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.poll_s)
+            await pause(stop, self.poll_s)
 
     def close(self) -> None:
         """Give the lock up (a clean stop): a standby takes over at its next poll."""

@@ -12,11 +12,11 @@ usage reports: they reach back as far as workloads are kept. Live workloads are 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 
 from bus.durable import describe
+from bus.tasks import pause
 from hub.state import HubState
 
 log = structlog.get_logger(__name__)
@@ -77,5 +77,4 @@ async def sweep_ended(state: HubState, stop: asyncio.Event) -> None:
         else:
             if removed:
                 log.info("ended_workloads_removed", count=removed)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), state.settings.sweep_ended_every_s)
+        await pause(stop, state.settings.sweep_ended_every_s)

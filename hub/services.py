@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import httpx
 import structlog
 
+from bus.tasks import pause
 from hub.core.autoscale import Load, decide_replicas
 from hub.core.rollout import Replica, ReplicaPlan, choose_regions, plan_replicas
 from hub.core.servicecost import ReplicaRun, gpu_dollars
@@ -249,8 +250,7 @@ class ServiceController:
                         saved_at = now
                 except Exception:
                     log.exception("services_reconcile_failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.tick_s)
+                await pause(stop, self.tick_s)
         finally:
             for task in list(self._probes):
                 task.cancel()

@@ -10,10 +10,10 @@ each launch and termination is appended to the audit log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 
+from bus.tasks import pause
 from hub.audit import Auditor
 from hub.core.spend import burst_budget, month_start
 from hub.service import HubService
@@ -53,8 +53,7 @@ class SpendMeter:
                 self.step()
             except Exception:
                 log.exception("spend_budget_failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.every_s)
+            await pause(stop, self.every_s)
 
     def step(self) -> None:
         """Set the budget sent to burst from the policy and this month's spend."""

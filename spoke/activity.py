@@ -12,12 +12,12 @@ one place.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 import structlog
 
+from bus.tasks import pause
 from schemas import Assignment, RunningRef
 from spoke.ports import NodeInventory
 from spoke.telemetry import DeviceSample, Telemetry
@@ -58,8 +58,7 @@ class ActivityMonitor:
         """Sample until `stop` is set."""
         while not stop.is_set():
             await self.sample_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+            await pause(stop, self.interval_s)
 
     async def sample_once(self) -> None:
         """Read every device now; a failed read keeps the last readings."""

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from bus.client import Bus
 from bus.natsclient import no_responders
-from bus.tasks import supervise
+from bus.tasks import pause, supervise
 from schemas import (
     Assignment,
     CancelCommand,
@@ -278,8 +278,7 @@ class SpokeAgent:
             for wid in self.fence.to_stop(self.runtime.running(), self.clock()):
                 self.counters["fenced"] += 1
                 self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.PREEMPTED)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), every)
+            await pause(stop, every)
 
     async def _drain(self, notice: InterruptionNotice) -> None:
         """Take no more work and stop all of it gracefully (reported preempted: requeued)."""

@@ -10,13 +10,14 @@ answer must not stop the spoke.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import httpx
 import structlog
+
+from bus.tasks import pause
 
 log = structlog.get_logger(__name__)
 
@@ -57,8 +58,7 @@ async def watch_interruption(
                 continue
             except (httpx.HTTPError, ValueError, KeyError) as exc:
                 log.warning("imds_poll_failed", error=str(exc) or type(exc).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), poll_s)
+            await pause(stop, poll_s)
 
 
 class _TokenExpired(Exception):

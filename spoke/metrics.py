@@ -8,7 +8,6 @@ dashboards built for dcgm-exporter work on gpufed spokes too. The rest are gpufe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from bus.metric_families import Spec, build, counter, describe, gauge, nats_reconnects
+from bus.tasks import pause
 from spoke.agent import SpokeAgent
 from spoke.telemetry import (
     Device,
@@ -59,8 +59,7 @@ class SpokeMetrics(Collector):
         """Sample until `stop` is set."""
         while not stop.is_set():
             await self.sample_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+            await pause(stop, self.interval_s)
 
     async def sample_once(self) -> None:
         """Read every device now and update the idle tracking."""
