@@ -45,12 +45,18 @@ class Phase(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+        return self in _TERMINAL
 
     @property
     def active(self) -> bool:
         """Holds GPUs (or is about to)."""
-        return self in (Phase.PLACED, Phase.RUNNING)
+        return self in _ACTIVE
+
+
+# Sets made once: the store reads `terminal` for every row it saves, and a tuple built on
+# each call cost ten times the lookup.
+_TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
+_ACTIVE = frozenset({Phase.PLACED, Phase.RUNNING})
 
 
 class WorkloadKind(StrEnum):
