@@ -111,6 +111,10 @@ class Store(Protocol):
     def spokes(self) -> list[SpokeRecord]:
         """Every spoke ever saved, by id (an empty list for a new store)."""
 
+    def checkpoint(self) -> tuple[int, int] | None:
+        """Copy SQLite's write-ahead log into the database file beside the writer; the log's
+        pages and those copied. None for a database that needs no checkpoints."""
+
     def ping(self) -> None:
         """Return if the database answers; raise otherwise."""
 

@@ -24,6 +24,7 @@ from bus.tasks import supervise
 from hub import reconcile as reconciliation
 from hub import transitions
 from hub.authstore import AuditEntry
+from hub.checkpoints import checkpoints
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
@@ -170,6 +171,7 @@ class HubService(HubView):
             supervise(self.leadership.watch(stop), "hub-leadership"),
             supervise(self.services.run(stop), "hub-services"),
             supervise(sweep_ended(self.state, stop), "hub-retention"),
+            supervise(checkpoints(self.state, stop), "hub-checkpoints"),
         ]
         await self.publisher.republish_unpublished()
         self.ready.set()

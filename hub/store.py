@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, Index, LargeBinary, delete, event, text
-from sqlalchemy.engine import make_url
-from sqlmodel import Column, Field, Session, SQLModel, col, create_engine, select
+from sqlalchemy import Engine, Index, LargeBinary, delete, text
+from sqlmodel import Column, Field, Session, SQLModel, col, select
 
 from hub.authstore import AuditEntry
 from hub.core.lifecycle import Attempt
+from hub.engine import checkpoint, engine_for
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.storewrites import (
@@ -136,7 +136,7 @@ class Store:
         newer than this code.
         """
         self.url = url
-        self.engine: Engine = _engine(url)
+        self.engine: Engine = engine_for(url)
         migrate(self.engine)
         self._sql = Statements.of(self.engine)
         # What each live workload's saves keep between them (`Kept`): its spec and history as
@@ -467,29 +467,11 @@ class Store:
                 for r in rows
             ]
 
+    def checkpoint(self) -> tuple[int, int] | None:
+        """SQLite's log copied into the database file, beside the writer (`hub.engine`)."""
+        return checkpoint(self.engine)
+
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-
-
-def _engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.drivername == "postgresql":
-        # SQLAlchemy's default PostgreSQL driver is psycopg2; ours is psycopg 3.
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.get_backend_name() == "sqlite":
-        engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    # pre_ping: a pooled connection dropped by a database restart is replaced, not reused.
-    return create_engine(parsed, pool_pre_ping=True)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL lets readers (the API) run beside the writer; NORMAL sync is crash-safe under WAL.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
