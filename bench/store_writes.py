@@ -8,10 +8,11 @@ published), its start and its end. The next batch's submission is saved while on
 through, as submissions arrive while the hub places and hears events. Prints one JSON object
 (never asserts a time): CPU milliseconds per workload of the whole process
 (`time.process_time()`) and of its threads (psutil: the event loop's and the others', where
-store calls run), and the store calls made per workload. With `--earlier K` each workload
-comes with K ended attempts and their history (five entries each), as one preempted K times
-before (every save of it once rewrote all of its attempts, and serialised all of its history
-again).
+store calls run), and the store calls made per workload. The hub's checkpoints of the
+SQLite log (`hub.checkpoints`, every second beside the writer) run meanwhile and are counted.
+With `--earlier K` each workload comes with K ended attempts and their history (five entries
+each), as one preempted K times before (every save of it once rewrote all of its attempts,
+and serialised all of its history again).
 
 Run: .venv/bin/python bench/store_writes.py [--count N] [--batch B] [--earlier K] [--store-url URL]
 """
@@ -34,6 +35,7 @@ import psutil
 from gpufed import logs
 from hub import transitions
 from hub.authstore import AuditEntry
+from hub.checkpoints import checkpoints
 from hub.core.lifecycle import Attempt, EndReason
 from hub.ids import decision_id, new_workload_id
 from hub.publishing import Publisher
@@ -182,9 +184,14 @@ async def run(url: str, count: int, batch: int, earlier: int) -> dict[str, Any]:
     await batches(state, publisher, batch, 1, now, earlier)
     await publisher.flush_marks()
     store.calls.clear()
+    # The hub's checkpoints beside the writer (`hub.checkpoints`), counted with the rest.
+    stop = asyncio.Event()
+    checkpointing = asyncio.create_task(checkpoints(state, stop))
     cpu, (main, other) = time.process_time(), thread_cpu()
     await batches(state, publisher, batch, count // batch - 1, now, earlier)
     await publisher.flush_marks()
+    stop.set()
+    await checkpointing
     cpu, (main2, other2) = time.process_time() - cpu, thread_cpu()
     store.store.close()
     done = count // batch * batch
