@@ -19,6 +19,7 @@ import yaml
 from gpufed.client import ApiError, HubClient
 from gpufed.policy_view import parse_instant, policy_in_force
 from gpufed.session_cmd import age
+from gpufed.yamlfile import read_mapping
 
 
 def add_client_commands(sub: Any) -> None:
@@ -135,9 +136,10 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 def _submit(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {}
     if args.file:
-        spec = yaml.safe_load(args.file.read_text()) or {}
-        if not isinstance(spec, dict):
-            print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
+        try:
+            spec = read_mapping(args.file)
+        except ValueError as exc:
+            print(f"gpufed: {exc}", file=sys.stderr)
             return 1
     for key in ("name", "team", "kind", "priority_class", "gpus_per_node", "nodes", "gpu_models"):
         if getattr(args, key) is not None:
@@ -256,9 +258,10 @@ def _policy(args: argparse.Namespace) -> int:
     if args.file is None:
         print("gpufed policy set: give the policy file", file=sys.stderr)
         return 2
-    document = yaml.safe_load(args.file.read_text())
-    if not isinstance(document, dict):
-        print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
+    try:
+        document = read_mapping(args.file, empty_ok=False)  # never an empty policy by mistake
+    except ValueError as exc:
+        print(f"gpufed: {exc}", file=sys.stderr)
         return 1
     result = args.client.set_policy(document)
     print(f"policy in force: {len(result.get('teams', []))} teams")

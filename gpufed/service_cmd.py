@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpufed.client import HubClient
+from gpufed.yamlfile import read_mapping
 
 
 def add_service_commands(sub: Any, command: Any) -> None:
@@ -82,9 +81,10 @@ def _service(args: argparse.Namespace) -> int:
 def _spec(args: argparse.Namespace) -> dict[str, Any] | None:
     spec: dict[str, Any] = {}
     if args.file:
-        spec = yaml.safe_load(args.file.read_text()) or {}
-        if not isinstance(spec, dict):
-            print(f"gpufed: {args.file} must hold a mapping", file=sys.stderr)
+        try:
+            spec = read_mapping(args.file)
+        except ValueError as exc:
+            print(f"gpufed: {exc}", file=sys.stderr)
             return None
     keys = ("name", "team", "priority_class", "min_replicas", "max_replicas", "regions", "public")
     for key in keys:
