@@ -48,7 +48,7 @@ class ServiceOut(BaseModel):
     created_by: str
     generation: int
     desired: int = Field(description="replicas the autoscaler asks for now")
-    reason: str = Field(description="why that many: load, min_replicas, stabilising, idle, ...")
+    reason: str = Field(description="why that many: load, min_replicas, until_idle, idle, ...")
     message: str = Field(description="why a replica could not be started, if one could not")
     ready: int
     rps: float = Field(description="requests per second over the autoscaling window")

@@ -24,6 +24,7 @@ class ScaleReason(StrEnum):
 
     LOAD = "load"  # what the load asks for
     MIN = "min_replicas"  # the load asks for fewer than the minimum
+    UNTIL_IDLE = "until_idle"  # min_replicas 0: one kept until scale_to_zero_after_s idle
     MAX = "max_replicas"  # the load asks for more than the maximum
     STABILISING = "stabilising"  # load fell; kept up for scale_down_delay_s
     IDLE = "idle"  # no request for scale_to_zero_after_s: zero replicas
@@ -108,5 +109,5 @@ def _raw(
     last = load.last_request_at if load.last_request_at is not None else created_at
     busy = load.in_flight > 0 or now - last < scaling.scale_to_zero_after_s
     if busy:
-        return 1, ScaleReason.LOAD if wanted else ScaleReason.MIN
+        return 1, ScaleReason.LOAD if wanted else ScaleReason.UNTIL_IDLE
     return 0, ScaleReason.IDLE

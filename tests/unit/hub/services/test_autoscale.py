@@ -42,7 +42,7 @@ def test_scaling_up_is_immediate() -> None:
 
 def test_an_idle_service_without_minimum_goes_to_zero_and_a_waiting_request_wakes_it() -> None:
     busy = _decide(Load(rps=0, last_request_at=950), lo=0)
-    assert busy.replicas == 1
+    assert (busy.replicas, busy.reason) == (1, ScaleReason.UNTIL_IDLE)  # not "min_replicas"
     idle = _decide(Load(rps=0, last_request_at=900), lo=0)
     assert (idle.replicas, idle.reason) == (0, ScaleReason.IDLE)
     woken = _decide(Load(rps=0, waiting=1, in_flight=1, last_request_at=1000), lo=0)
