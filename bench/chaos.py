@@ -127,14 +127,12 @@ class Soak:
     """One soak: the federation, its links, the submitter, the faults and the supervisor."""
 
     def __init__(self, root: Path, store_url: str, seed: int, seconds: float) -> None:
-        hub_args = (
-            "--store-url", store_url,
-            "--suspect-after", str(SUSPECT_AFTER_S),
-            "--lost-after", str(LOST_AFTER_S),
-        )  # fmt: skip
+        hub_args = ("--suspect-after", str(SUSPECT_AFTER_S), "--lost-after", str(LOST_AFTER_S))
         # Restarts come quickly (a crash loop still backs off, up to 2 s).
         backoff = Backoff(base_s=0.2, cap_s=2.0, reset_after_s=10.0)
-        self.fed = Federation(root, api_port=0, fleet=FLEET, hub_args=hub_args, backoff=backoff)
+        self.fed = Federation(
+            root, api_port=0, fleet=FLEET, hub_args=hub_args, store_url=store_url, backoff=backoff
+        )
         self.links = {s.id: CuttableProxy("127.0.0.1", self.fed.nats.port) for s in FLEET}
         for spoke_id, link in self.links.items():
             self.fed.spoke_nats[spoke_id] = link.url

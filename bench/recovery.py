@@ -216,7 +216,7 @@ def failover(tmp: Path) -> dict[str, object]:
     postgres = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="gpufed-pg-"))).start()
     try:
         url = postgres.url(postgres.create_database())
-        fed = Federation(tmp / "failover", api_port=0, fleet=FLEET, hub_args=("--store-url", url))
+        fed = Federation(tmp / "failover", api_port=0, fleet=FLEET, store_url=url)
         try:
             fed.start()
             fed.start_hub_replica("hub-b")

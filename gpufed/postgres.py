@@ -3,6 +3,13 @@
 For tests, benchmarks and an embedded federation with standby hubs: never for data that
 matters (durability is off). PostgreSQL refuses to run as root, so under root the server runs
 as the unprivileged `nobody` user.
+
+It takes password logins only (SCRAM, over loopback TCP; no Unix socket): another local user
+must not reach a superuser, who can run programs as the server's user and mint hub tokens.
+The password is random, kept in `<root>/password` (0600), set through the single-user
+backend's standard input (never argv) and carried in the URLs this class hands out, which
+belong in files or memory, never on a command line (`gpufed up` gives its hubs
+`--store-url-file`).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -17,10 +25,12 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
 
+from bus.authority import write_secret
 from bus.ports import free_port
 from bus.processes import stop_process
 
@@ -77,17 +87,28 @@ class EmbeddedPostgres:
             self._as = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
             self.bin = _copy_for(root, self.bin)
 
+    @property
+    def password_file(self) -> Path:
+        """The superuser's password (0600), made on the first start."""
+        return self.root / "password"
+
     def admin_url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{self._login()}@127.0.0.1:{self.port}/{database}"
 
     def url(self, database: str) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql+psycopg://{self._login()}@127.0.0.1:{self.port}/{database}"
+
+    def _login(self) -> str:
+        return f"postgres:{quote(self.password_file.read_text().strip(), safe='')}"
 
     def start(self, timeout: float = 30.0) -> EmbeddedPostgres:
         """Start the server; the first start under `root` creates its cluster, later ones
         reuse it (what `gpufed up --hubs 2` keeps between runs)."""
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
+        if not self.password_file.exists():  # a new cluster, or one made before passwords
+            self._set_password(secrets.token_urlsafe(32))
+        self._write_hba()
         server = [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port)]
         for setting in (
             "listen_addresses=127.0.0.1",
@@ -121,6 +142,29 @@ class EmbeddedPostgres:
         done = subprocess.run(initdb, capture_output=True, text=True, cwd=self.root, **self._as)
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
+
+    def _set_password(self, password: str) -> None:
+        """Give the superuser `password` through the single-user backend (the server is not
+        running yet), then keep it in `password_file`."""
+        single = [str(self.bin / "postgres"), "--single", "-D", str(self.data), "postgres"]
+        statement = f"ALTER USER postgres PASSWORD '{password}';\n"
+        done = subprocess.run(
+            single, input=statement, capture_output=True, text=True, cwd=self.root, **self._as
+        )
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).replace(password, "***").strip()
+            raise RuntimeError(
+                f"setting the PostgreSQL password failed ({done.returncode}): {said}"
+            )
+        write_secret(self.password_file, password + "\n")
+
+    def _write_hba(self) -> None:
+        """Password (SCRAM) logins over loopback TCP, nothing else: written on every start,
+        so a cluster made before passwords (every login trusted) is closed too."""
+        hba = self.data / "pg_hba.conf"
+        with open(hba, "w", encoding="utf-8") as out:  # in place: keeps the server's ownership
+            out.write("# Written by gpufed (gpufed/postgres.py) on every start.\n")
+            out.write("host all all 127.0.0.1/32 scram-sha-256\n")
 
     def ensure_database(self, name: str) -> str:
         """Create the database `name` unless it exists; returns `name`."""

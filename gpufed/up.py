@@ -81,6 +81,7 @@ class Federation:
         fleet: tuple[SimSpoke, ...] = FLEET,
         *,
         hub_args: tuple[str, ...] = (),
+        store_url: str | None = None,
         spoke_args: tuple[str, ...] = ("--stop-workloads-on-exit",),
         burst_args: tuple[str, ...] | None = None,
         backoff: Backoff = RESTART_BACKOFF,
@@ -105,6 +106,11 @@ class Federation:
         self.secrets_dir.mkdir(parents=True, exist_ok=True)
         self.secrets_dir.chmod(0o700)
         self.authority = NatsAuthority.open(self.secrets_dir / "nats", int(time.time()))
+        # The hubs' shared store (PostgreSQL; None: each hub's own SQLite). Its URL holds a
+        # password, so the hubs read it from a file only its owner reads, never from argv.
+        self.store_url = store_url
+        if store_url is not None:
+            write_secret(self.store_url_file, store_url + "\n")
         self.tls: TlsFiles | None = ensure_local_ca(self.secrets_dir / "tls") if tls else None
         self.nats = EmbeddedNats(self.data_dir / "nats", authority=self.authority, tls=self.tls)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -129,8 +135,12 @@ class Federation:
         """Where the admin token is kept (mode 0600); the CLI reads it from here."""
         return self.data_dir / "admin.token"
 
+    @property
+    def store_url_file(self) -> Path:
+        return self.secrets_dir / "store-url"
+
     def start(self, timeout_s: float = 60.0, hubs: int = 1) -> None:
-        """Start NATS, `hubs` hub replicas (more than one needs a shared `--store-url`), the
+        """Start NATS, `hubs` hub replicas (more than one needs a shared `store_url`), the
         spokes and burst; return once a hub leads and every spoke has reported."""
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         self._start_nats()
@@ -151,9 +161,7 @@ class Federation:
         from hub.store import Store
         from hub.tokens import ensure_admin_token
 
-        # The store the hubs will use: a shared PostgreSQL one when `--store-url` names it.
-        args = list(self.hub_args)
-        url = args[args.index("--store-url") + 1] if "--store-url" in args[:-1] else None
+        url = self.store_url
         store = Store(url) if url else Store.sqlite(self.data_dir / "hub" / "hub.db")
         try:
             if store.get_setting(POLICY_KEY) is None and self.policy:
@@ -208,6 +216,7 @@ class Federation:
                 *self.nats_args(identities.HUB, identities.hub_permissions()),
                 "--data-dir", str(self.data_dir / name),
                 "--api-port", str(self.hub_ports[name]),
+                *(("--store-url-file", str(self.store_url_file)) if self.store_url else ()),
                 *self.hub_args,
             ],
         )  # fmt: skip

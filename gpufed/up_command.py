@@ -68,7 +68,7 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
 
     previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
     try:
-        hub_args: tuple[str, ...] = ()
+        store_url = None
         if hubs > 1:
             embedded = _embedded_postgres()
             root = data_dir.resolve() / "postgres"
@@ -76,8 +76,8 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
             print(f"gpufed: starting PostgreSQL for {hubs} hub replicas (in {root})")
             postgres = embedded(root)
             postgres.start()
-            hub_args = ("--store-url", postgres.url(postgres.ensure_database(UP_DATABASE)))
-        fed = Federation(data_dir, api_port, burst_args=timings, tls=tls, hub_args=hub_args)
+            store_url = postgres.url(postgres.ensure_database(UP_DATABASE))
+        fed = Federation(data_dir, api_port, burst_args=timings, tls=tls, store_url=store_url)
         pieces = "the hub" if hubs == 1 else f"{hubs} hubs"
         print(
             f"gpufed: starting NATS, {pieces} and {len(fed.fleet)} spokes (logs in {fed.log_dir})"

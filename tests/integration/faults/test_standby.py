@@ -6,6 +6,7 @@ the workloads' own record of how often they ran.
 from __future__ import annotations
 
 import asyncio
+import stat
 from collections import Counter
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from bus.client import Bus
 from gpufed.client import HubClient
@@ -33,9 +35,16 @@ def two_hubs(tmp_path: Path, pg_url: str) -> Iterator[tuple[Federation, int]]:
         SimSpoke("eu-1", "eu", nodes=2, gpus=4, model="H100"),
         SimSpoke("us-1", "us", nodes=2, gpus=4, model="L4"),
     )
-    fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, hub_args=("--store-url", pg_url))
+    fed = Federation(tmp_path / "fed", api_port=0, fleet=fleet, store_url=pg_url)
     try:
         fed.start(hubs=2)  # as `gpufed up --hubs 2`
+        # The store's URL holds PostgreSQL's password: the hubs read it from a private file.
+        assert stat.S_IMODE(fed.store_url_file.stat().st_mode) == 0o600
+        password = make_url(pg_url).password
+        assert password
+        for name in ("hub", "hub-2"):
+            argv = Path(f"/proc/{fed.procs[name].pid}/cmdline").read_bytes().decode()
+            assert "--store-url-file" in argv and password not in argv, name
         yield fed, fed.hub_ports["hub-2"]
     finally:
         fed.stop()
