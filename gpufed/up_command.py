@@ -74,7 +74,7 @@ def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: i
             root = data_dir.resolve() / "postgres"
             root.mkdir(parents=True, exist_ok=True)
             print(f"gpufed: starting PostgreSQL for {hubs} hub replicas (in {root})")
-            postgres = embedded(root)
+            postgres = embedded(root, durable=True)  # kept between runs: fsync stays on
             postgres.start()
             store_url = postgres.url(postgres.ensure_database(UP_DATABASE))
         fed = Federation(data_dir, api_port, burst_args=timings, tls=tls, store_url=store_url)

@@ -7,7 +7,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -19,14 +19,23 @@ pytestmark = [pytest.mark.integration, pytest.mark.security]
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
-    # Under root, pytest's tmp dirs sit in a 0700 root folder the server's user cannot enter.
-    made = Path(tempfile.mkdtemp(prefix="gpufed-pg-")) if os.geteuid() == 0 else tmp_path
+def roots(tmp_path: Path) -> Iterator[Callable[[], Path]]:
+    """Makes a folder for a server of its own."""
+    made: list[Path] = []
+
+    def make() -> Path:
+        # Under root, pytest's tmp dirs sit in a 0700 root folder the server's user cannot
+        # enter.
+        if os.geteuid() == 0:
+            made.append(Path(tempfile.mkdtemp(prefix="gpufed-pg-")))
+            return made[-1]
+        return Path(tempfile.mkdtemp(dir=tmp_path))
+
     try:
-        yield made
+        yield make
     finally:
-        if made != tmp_path:
-            shutil.rmtree(made, ignore_errors=True)
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _refused(url: str) -> str:
@@ -36,8 +45,9 @@ def _refused(url: str) -> str:
 
 
 def test_a_login_without_the_password_is_refused_even_on_a_cluster_made_before_them(
-    root: Path,
+    roots: Callable[[], Path],
 ) -> None:
+    root = roots()
     server = EmbeddedPostgres(root).start()
     try:
         assert stat.S_IMODE(server.password_file.stat().st_mode) == 0o600
@@ -66,3 +76,18 @@ def test_a_login_without_the_password_is_refused_even_on_a_cluster_made_before_t
         assert password not in (root / "postgres.log").read_text()
     finally:
         again.stop()
+
+
+def test_a_durable_server_keeps_fsync_and_a_throwaway_one_does_not(
+    roots: Callable[[], Path],
+) -> None:
+    """`gpufed up --hubs 2` keeps its store between runs: a power cut must not corrupt it."""
+    for durable, expected in ((True, "on"), (False, "off")):
+        server = EmbeddedPostgres(roots(), durable).start()
+        try:
+            with psycopg.connect(server.admin_url(), connect_timeout=5) as conn:
+                for name in ("fsync", "full_page_writes", "synchronous_commit"):
+                    row = conn.execute(f"SHOW {name}").fetchone()
+                    assert row is not None and row[0] == expected, (durable, name)
+        finally:
+            server.stop()
