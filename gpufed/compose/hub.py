@@ -15,6 +15,7 @@ from bus.client import Bus, BusSettings
 from bus.identities import HUB, inbox_prefix
 from gpufed.compose import collector
 from gpufed.compose.signals import stop_on_signals
+from gpufed.secretfile import private_dir
 from hub.api import create_app
 from hub.apideps import ApiSecurity
 from hub.authstore import AuthStore
@@ -48,7 +49,7 @@ def build_hub(
 ) -> Hub:
     """A hub from its settings; `policy` and `clock` (tests) override `settings.policy_file`
     and the system clock."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)  # the SQLite store holds secret env values
     store = Store(settings.resolved_store_url())
     bus = Bus(
         BusSettings(

@@ -133,7 +133,7 @@ class RunJournal:
 
     def _rewrite(self, lines: list[str]) -> None:
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with _private(tmp, os.O_TRUNC) as f:
             f.writelines(lines)
         os.replace(tmp, self.path)
         self._lines = len(lines)
@@ -142,8 +142,17 @@ class RunJournal:
         # One open append handle: files are slow to open here.
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._file = _private(self.path, os.O_APPEND)
         self._file.write(line)
         self._lines += 1
         if flush:
             self._file.flush()
+
+
+def _private(path: Path, how: int) -> TextIO:
+    """`path` opened for writing (`how`: os.O_APPEND or os.O_TRUNC), readable by the spoke's
+    user only: its lines hold workloads' specs, secret env values included, and the folder
+    stays searchable for `run_as` workloads. A file an older spoke made wider is narrowed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | how, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "a" if how == os.O_APPEND else "w", encoding="utf-8")

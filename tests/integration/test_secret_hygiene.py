@@ -50,6 +50,35 @@ async def test_a_workload_sees_an_allowlist_and_its_own_env_only(
     assert "PATH" in seen
 
 
+def _others_can_read(path: Path, below: Path) -> bool:
+    """Whether another local user can read `path`: every folder from `below` down lets others
+    through, and the file lets them read (from the modes: the tests may run as root)."""
+    folders = [p for p in path.parents if p.is_relative_to(below) and p != below]
+    through = all(stat.S_IMODE(f.stat().st_mode) & 0o001 for f in folders)
+    return bool(through and stat.S_IMODE(path.stat().st_mode) & 0o004)
+
+
+async def test_a_secret_env_value_at_rest_is_readable_by_its_owner_only(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    value = "hf-secret-at-rest-4711"
+    wid = await fed.submit(
+        name="secret", team="t", gpus_per_node=1, command=["true"],
+        env={"HF_TOKEN": {"value": value, "secret": True}},
+    )  # fmt: skip
+    await fed.wait_phase(wid, {Phase.SUCCEEDED})
+    holding = [
+        path
+        for path in fed.root.rglob("*")
+        if path.is_file() and value.encode() in path.read_bytes()
+    ]
+    names = {p.name for p in holding}
+    assert {"runs.jsonl", "hub.db-wal"} <= names  # the spoke's runs, the hub's store
+    assert [p for p in holding if _others_can_read(p, fed.root)] == []
+
+
 _CONNECT_ONCE = """
 import asyncio, sys
 from bus.client import Bus, BusSettings
