@@ -239,6 +239,7 @@ def _up(args: argparse.Namespace) -> int:
 def _hub(args: argparse.Namespace) -> int:
     from gpufed.compose import loop
     from gpufed.compose.hub import serve_hub
+    from gpufed.dirlock import FolderBusy
     from hub.errors import HubError
 
     logs.configure()
@@ -249,7 +250,7 @@ def _hub(args: argparse.Namespace) -> int:
         return 1
     try:
         loop.run(serve_hub(settings))
-    except (HubError, OSError) as exc:
+    except (HubError, OSError, FolderBusy) as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -312,6 +313,7 @@ def _spoke(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from gpufed.compose.spoke import serve_spoke
+    from gpufed.dirlock import FolderBusy
     from spoke.errors import SpokeError
     from spoke.settings import SpokeSettings
 
@@ -352,7 +354,7 @@ def _spoke(args: argparse.Namespace) -> int:
             **_given(keep_ended_s=args.keep_ended, keep_ended=args.keep_ended_max),
         )
         asyncio.run(serve_spoke(settings))
-    except (SpokeError, ValidationError, ValueError) as exc:
+    except (SpokeError, ValidationError, ValueError, FolderBusy) as exc:
         print(f"gpufed spoke: {exc}", file=sys.stderr)
         return 1
     return 0

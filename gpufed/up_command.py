@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bus.ports import free_port
+from gpufed.dirlock import LOCK_NAME, FolderBusy, FolderLock
 from gpufed.up import DEMO_BURST, Federation
 
 if TYPE_CHECKING:
@@ -46,6 +47,22 @@ def _embedded_postgres() -> type[EmbeddedPostgres]:
 
 def run_up(data_dir: Path, api_port: int, demo: bool, tls: bool = False, hubs: int = 1) -> int:
     """Run the embedded federation until Ctrl-C (or, with `demo`, until the demo ends)."""
+    # One `gpufed up` per folder: a second would start another NATS on the same JetStream
+    # store and pieces over the same files. The demo's folder is wiped first, so its lock
+    # lies beside it.
+    what, name = ("gpufed up --demo", "demo.lock") if demo else ("gpufed up", LOCK_NAME)
+    try:
+        lock = FolderLock(data_dir.resolve(), what, name).take()
+    except FolderBusy as exc:
+        print(f"gpufed: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _run_up(data_dir, api_port, demo, tls, hubs)
+    finally:
+        lock.release()
+
+
+def _run_up(data_dir: Path, api_port: int, demo: bool, tls: bool, hubs: int) -> int:
     if demo:
         data_dir = data_dir / "demo"
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -6,15 +6,18 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy.engine import make_url
 
 from bus.client import Bus, BusSettings
 from bus.identities import HUB, inbox_prefix
 from gpufed.compose import collector
 from gpufed.compose.signals import stop_on_signals
+from gpufed.dirlock import FolderLock
 from gpufed.secretfile import private_dir
 from hub.api import create_app
 from hub.apideps import ApiSecurity
@@ -93,7 +96,24 @@ def api_server(app: FastAPI, settings: HubSettings) -> uvicorn.Server:
 
 async def serve_hub(settings: HubSettings, stop: asyncio.Event | None = None) -> None:
     """Run the hub and its API until SIGINT/SIGTERM (or `stop`)."""
-    stop = stop or asyncio.Event()
+    lock = _sqlite_lock(settings)
+    try:
+        await _serve(settings, stop or asyncio.Event())
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _sqlite_lock(settings: HubSettings) -> FolderLock | None:
+    """One hub per SQLite store: a second would lead beside the first (leadership is shared
+    only through PostgreSQL) and place work twice. Held on the store file's folder."""
+    url = make_url(settings.resolved_store_url())
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return FolderLock(Path(url.database).resolve().parent, "hub on this SQLite store").take()
+
+
+async def _serve(settings: HubSettings, stop: asyncio.Event) -> None:
     hub = build_hub(settings)
     collector.settle()  # its pauses would land inside scheduling cycles
     stop_on_signals(stop)

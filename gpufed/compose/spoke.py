@@ -15,6 +15,7 @@ from bus.identities import inbox_prefix
 from bus.metrics_http import serve_metrics
 from gpufed.compose import collector
 from gpufed.compose.signals import stop_on_signals
+from gpufed.dirlock import FolderLock
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
 from spoke.ports import EventSink, Inventory, Runtime
@@ -57,7 +58,14 @@ async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None
     stop = stop or asyncio.Event()
     _watch_children_with_pidfd(asyncio.get_running_loop())
     stop_on_signals(stop)
-    agent = build_spoke(settings)
+    lock = FolderLock(settings.workdir, f"spoke {settings.id}").take()  # one journal writer
+    try:
+        await _serve(build_spoke(settings), settings, stop)
+    finally:
+        lock.release()
+
+
+async def _serve(agent: SpokeAgent, settings: SpokeSettings, stop: asyncio.Event) -> None:
     collector.settle()  # its pauses would hold up a run of workload starts
     if settings.metrics_port is None:
         await agent.run(stop)
