@@ -333,6 +333,8 @@ class LocalRuntime:
             message = (
                 f"cannot run {launch.spec.command[0]!r}: {reason.replace('_', ' ')}; {message}"
             )
+        elif reason == "max_runtime_exceeded":
+            message = f"killed at its max_runtime_s ({launch.spec.max_runtime_s} s); {message}"
         await self._sink(
             RuntimeEvent(
                 launch.workload_id,

@@ -3,6 +3,7 @@ where a workload starts and what it can see of the spoke."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -344,3 +345,24 @@ async def test_a_stopped_workload_is_reported_ended_only_once_all_of_it_has_ende
         await runtime.close()
     assert events[1].phase == EventPhase.PREEMPTED
     assert ended_with_it_done == [True], "reported ended while its trap still ran"
+
+
+async def test_a_workload_past_its_max_runtime_is_killed_and_says_so(tmp_path: Path) -> None:
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    runtime = LocalRuntime(sink, tmp_path / "logs")
+    launch = _launch("w1", "echo started; sleep 60")
+    launch = dataclasses.replace(launch, spec=launch.spec.model_copy(update={"max_runtime_s": 1}))
+    log = await _run_to_end(runtime, launch, events)
+
+    assert log.strip() == "started"
+    end = events[-1]
+    assert (end.phase, end.reason, end.exit_code) == (
+        EventPhase.FAILED,
+        "max_runtime_exceeded",
+        -9,
+    )
+    assert end.message.startswith("killed at its max_runtime_s (1 s); exit code -9; log ")
