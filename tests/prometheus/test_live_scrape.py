@@ -208,6 +208,9 @@ def test_jobs_shows_priority_and_queue_position(live: Live) -> None:
     assert waiter[1:6] == ["waiter", "nlp", "batch", "100", "1"]
     notebook = next(r for r in rows if r.startswith(live.jobs["idle"])).split()
     assert notebook[4:6] == ["100", "-"]  # batch, and not queued
+    # How long so far: the waiter's wait and the notebook's run, not "-" until they end.
+    assert waiter[7] == "queued" and float(waiter[9].removesuffix("s")) > 0
+    assert notebook[7] == "running" and float(notebook[10].removesuffix("s")) > 0
 
 
 def test_logs_follows_a_running_job_to_its_end(live: Live) -> None:
