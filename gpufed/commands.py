@@ -133,6 +133,18 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     return run
 
 
+#: The spec's fields as `gpufed submit` spells them, named beside a refusal of one.
+SUBMIT_FLAGS = {
+    "gpus_per_node": "--gpus",
+    "gpu_fraction": "--fraction",
+    "gpu_models": "--gpu-model",
+    "priority_class": "--priority",
+    "max_runtime_s": "--max-runtime",
+    "affinity.required_regions": "--region",
+    "command": "the program and its arguments after --",
+}
+
+
 def _submit(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {}
     if args.file:
@@ -161,7 +173,13 @@ def _submit(args: argparse.Namespace) -> int:
     command = [c for c in args.command if c != "--"] if args.command else []
     if command:
         spec["command"] = command
-    record = args.client.submit(spec)
+    try:
+        record = args.client.submit(spec)
+    except ApiError as exc:  # the hub names the spec's field: name the flag too
+        flag = SUBMIT_FLAGS.get(str(exc).split(":", 1)[0])
+        if exc.code != "invalid_workload" or flag is None:
+            raise
+        raise ApiError(f"{exc} ({flag})", code=exc.code, status=exc.status) from None
     if args.json:
         print(json.dumps(record, indent=2))
     else:

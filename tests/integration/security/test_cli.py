@@ -66,6 +66,14 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
     code, _, err = gpufed(capsys, "audit")
     assert code == 1 and "team-admin" in err
 
+    # A refused spec names the flag a user typed, not only the API's field.
+    code, _, err = gpufed(
+        capsys, "submit", "--name", "z", "--team", "vision", "--gpus", "0", "--", "true"
+    )
+    assert code == 1 and "gpus_per_node: " in err and "(--gpus) [invalid_workload]" in err
+    code, _, err = gpufed(capsys, "submit", "--name", "z", "--team", "vision")
+    assert code == 1 and "command: Field required (the program and its arguments after --)" in err
+
     monkeypatch.delenv("GPUFED_TOKEN")  # back to the admin token file
     code, out, _ = gpufed(capsys, "audit")
     lines = [line.split() for line in out.splitlines()]
