@@ -117,13 +117,23 @@ def _open(args: argparse.Namespace) -> int:
     return 1
 
 
-def reachable(url: str, timeout_s: float = 1.0) -> bool:
-    """Whether a TCP connection to the URL's host and port succeeds now."""
+def reachable(url: str, timeout_s: float = 1.0, settle_s: float = 0.3) -> bool:
+    """Whether the session's own server takes a connection at the URL now.
+
+    A connection that succeeds is not enough: the spoke's relay (spoke/relay.py) accepts from
+    the start and closes a connection at once while the workload's port refuses it. So the
+    connection must also stay open for `settle_s` or bring bytes (a banner, or the server's
+    answer to nothing): an end of stream within it means nobody is behind it yet.
+    """
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
-            return True
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s) as conn:
+            conn.settimeout(settle_s)
+            try:
+                return conn.recv(1) != b""
+            except TimeoutError:
+                return True  # open and quiet: a server waiting for its client to speak
     except OSError:
         return False
 

@@ -22,12 +22,14 @@ async def test_open_prints_a_url_that_answers_then_list_and_close(
             fed,
             api,
             "session", "open", "--team", "vision", "--gpus", "0.5", "--name", "nb",
-            "--", sys.executable, "-c", SERVER,
+            # A server that takes its time to listen, as Jupyter does: the spoke's relay
+            # accepts connections from the start, the server only later.
+            "--", "sh", "-c", 'sleep 1.5; exec "$0" -c "$1"', sys.executable, SERVER,
         )  # fmt: skip
         assert code == 0, err
         url = out.strip().splitlines()[-1]
         assert url.startswith("http://127.0.0.1:")
-        # Reachable the moment `open` returns: it waited for the port to accept connections.
+        # Answers the moment `open` returns: it waited for the server, not only the relay.
         async with httpx.AsyncClient() as client:
             answer = await client.get(url, timeout=5)
         assert answer.status_code == 200
