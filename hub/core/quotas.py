@@ -157,11 +157,15 @@ class Ledger:
             room = self.room(team, model, cls.value)
             if amount > room + EPS:
                 guaranteed = own.guaranteed + self._pool(dept_name, model)
+                left = (
+                    f"has {room:g} of its {guaranteed:g} guaranteed {model} left for it"
+                    if guaranteed > EPS
+                    else f"has no guaranteed {model}"
+                )
                 return Block(
                     Reason.GUARANTEE_EXHAUSTED,
                     f"priority class '{cls.name}' may only use guaranteed GPUs and team {team} "
-                    f"has {room:g} of its {guaranteed:g} guaranteed {model} left for it, "
-                    f"needs {amount:g}",
+                    f"{left}, needs {amount:g}",
                 )
         return None
 

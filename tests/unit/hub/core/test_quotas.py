@@ -131,6 +131,13 @@ def test_class_that_may_not_borrow_runs_only_within_guarantee() -> None:
         "priority class 'production' may only use guaranteed GPUs and team vision has 0 of "
         "its 8 guaranteed H100 left for it, needs 8",
     )
+    # A team without a guarantee is told so, not "0 of its 0".
+    result = run(policy, pending("n", at=1, team="nlp", cls="production", gpus=8, models=("H100",)))
+    assert why(result)["n"] == (
+        "guarantee_exhausted",
+        "priority class 'production' may only use guaranteed GPUs and team nlp has no "
+        "guaranteed H100, needs 8",
+    )
 
 
 def test_lower_priority_work_does_not_use_up_a_higher_class_guarantee() -> None:
