@@ -35,13 +35,16 @@ class Live:
         self.client = client
         self.jobs: dict[str, str] = {}
 
-    def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, timeout: float = 30, stdout: int = subprocess.PIPE
+    ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "GPUFED_TOKEN_FILE": str(self.fed.token_file)}
         env.pop("GPUFED_TOKEN", None)
         return subprocess.run(
             [sys.executable, "-m", "gpufed", *args, "--api", self.fed.api_url],
             env=env,
-            capture_output=True,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
             text=True,
             timeout=timeout,
             check=False,
@@ -211,6 +214,14 @@ def test_jobs_shows_priority_and_queue_position(live: Live) -> None:
     # How long so far: the waiter's wait and the notebook's run, not "-" until they end.
     assert waiter[7] == "queued" and float(waiter[9].removesuffix("s")) > 0
     assert notebook[7] == "running" and float(notebook[10].removesuffix("s")) > 0
+    # Into a pipe whose reader has gone (`gpufed jobs | head`): no traceback.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        cut = live.cli("jobs", stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert cut.returncode == 1 and "Traceback" not in cut.stderr and cut.stderr == ""
 
 
 def test_logs_follows_a_running_job_to_its_end(live: Live) -> None:
