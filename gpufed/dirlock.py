@@ -14,6 +14,10 @@ import fcntl
 import os
 from pathlib import Path
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 LOCK_NAME = ".lock"
 
 
@@ -43,6 +47,10 @@ class FolderLock:
                 f"{self.path.parent} is in use by another {self.what} (pid {holder}): stop it "
                 "first, or give this one a folder of its own"
             ) from None
+        except OSError as exc:  # a file system without locks (some NFS mounts): go on, warned
+            os.close(fd)
+            log.warning("folder_not_locked", folder=str(self.path.parent), error=str(exc))
+            return self
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
