@@ -18,7 +18,7 @@ away.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import httpx
 import structlog
@@ -52,6 +52,11 @@ HOP = frozenset(
     }
 )
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+#: What a replica's answer is, in a browser: its own origin, not the hub's. The gateway serves
+#: it on the hub's origin, where the console keeps the caller's API token (localStorage); a
+#: replica's page with a script could otherwise read that token and act as whoever opened
+#: it, an admin included. Scripts, forms and popups still work; same-origin access does not.
+SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
 #: Where the gateway's routes are: their bodies are the services' own (`hub.limits` leaves them).
 PREFIX = "/svc/"
 #: How long one proxied request may wait for the replica's next bytes (inference can be slow).
@@ -99,6 +104,16 @@ def _body(request: Request) -> AsyncIterator[bytes] | None:
     if "content-length" in request.headers or "transfer-encoding" in request.headers:
         return request.stream()
     return None
+
+
+def answer_headers(raw: Iterable[tuple[str, str]], workload_id: str) -> dict[str, str]:
+    """The replica's answer headers the caller gets: not one hop's; the replica named; the
+    answer sandboxed (SANDBOX), beside any policy of the replica's own (both apply)."""
+    headers = {k.lower(): v for k, v in raw if k.lower() not in HOP}
+    own = headers.get("content-security-policy")
+    headers["content-security-policy"] = f"{own}, {SANDBOX}" if own else SANDBOX
+    headers["x-gpufed-replica"] = workload_id
+    return headers
 
 
 def _forwarded(request: Request) -> list[tuple[str, str]]:
@@ -163,8 +178,7 @@ def add_gateway_routes(app: FastAPI, hub: HubService) -> None:
         except BaseException:  # the caller went away while the replica had not answered yet
             services.release(team, name, workload_id, served=False)
             raise
-        headers = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
-        headers["x-gpufed-replica"] = workload_id
+        headers = answer_headers(answer.headers.items(), workload_id)
         return _Relay(answer, headers, functools.partial(finish, hub, team, name, workload_id))
 
     @app.api_route(PREFIX + "{team}/{name}/{path:path}", methods=_METHODS, include_in_schema=False)

@@ -164,6 +164,8 @@ async def test_a_service_at_zero_replicas_wakes_for_a_request(fed: InProcessFede
     answer = await api.get(f"/svc/{TEAM}/sleepy/hello", timeout=60)
     assert answer.status_code == 200
     assert answer.text.startswith("v1 ")
+    # Not the hub's origin in a browser: the console's token is out of its page's reach.
+    assert answer.headers["content-security-policy"].startswith("sandbox allow-scripts")
     status = await show(api, "sleepy")
     assert status["requests"] == 1
     woke = [h["detail"] for h in status["history"] if h["detail"].startswith("0 -> 1")]
