@@ -36,6 +36,12 @@ async def fetch_log(
             subjects.logs(spoke_id), request.model_dump_json().encode(), timeout=LOG_TIMEOUT_S
         )
         return LogReply.model_validate_json(msg.data)
+    except nats.errors.NoRespondersError as exc:  # nobody listens for that spoke now
+        raise Unavailable(
+            f"spoke {spoke_id}, which ran {record.id}, is not connected now (stopped, lost, or "
+            "a cloud spoke already given back, whose files went with its instance): its log "
+            "cannot be read"
+        ) from exc
     except (nats.errors.Error, TimeoutError) as exc:
         raise Unavailable(
             f"spoke {spoke_id} did not answer for the log of {record.id}: "

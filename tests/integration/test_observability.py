@@ -144,3 +144,8 @@ async def test_the_log_tail_comes_from_the_spoke_and_follows(
     refused = await fed.api.get(f"/v1/workloads/{queued}/log")
     assert refused.status_code == 409
     assert "not run" in refused.json()["message"]
+
+    await fed.stop("eu-1")  # its spoke gone (a cloud spoke given back, say)
+    gone = await fed.api.get(f"/v1/workloads/{wid}/log")
+    assert gone.status_code == 503
+    assert gone.json()["message"].startswith(f"spoke eu-1, which ran {wid}, is not connected now")
