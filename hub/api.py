@@ -244,7 +244,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
     @app.get("/v1/spokes", response_model=list[SpokeOut])
     async def spokes(who: Caller) -> list[SpokeOut]:
         now = hub.clock()
-        return [_spoke(hub, sid, now) for sid in sorted(hub.spokes)]
+        return [_spoke(hub, sid, now) for sid in sorted(hub.fleet)]
 
     @app.get("/v1/burst/instances", response_model=list[InstanceEvent])
     async def burst_instances(who: Caller) -> list[InstanceEvent]:

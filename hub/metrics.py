@@ -51,7 +51,7 @@ class HubView(Protocol):
     def workloads(self) -> Mapping[str, WorkloadRecord]: ...
 
     @property
-    def spokes(self) -> Mapping[str, SpokeRecord]: ...
+    def fleet(self) -> Mapping[str, SpokeRecord]: ...
 
     @property
     def instances(self) -> Mapping[str, InstanceEvent]: ...
@@ -171,7 +171,7 @@ class StateCollector(Collector):
         for phase in (Phase.QUEUED, Phase.PLACED, Phase.RUNNING):
             f["workloads"].add_metric([phase.value], phases.get(phase.value, 0))
         models: dict[tuple[str, str], str] = {}
-        for spoke in view.spokes.values():
+        for spoke in view.fleet.values():
             state = view.lease_state(spoke, now)
             for lease in LEASE_STATES:
                 f["lease"].add_metric([spoke.id, lease], 1.0 if lease == state else 0.0)

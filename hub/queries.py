@@ -65,6 +65,19 @@ class HubView:
         return self.state.spokes
 
     @property
+    def fleet(self) -> dict[str, SpokeRecord]:
+        """The spokes shown (`/v1/spokes`, the console, per-spoke metrics): all but a cloud
+        spoke whose instance is gone (given back, reclaimed, failed) once the hub has declared
+        it lost and moved its work. Its record stays (usage by spoke); listed for ever as
+        lost, it would keep the spoke-lost alert firing after every burst."""
+        instances = self.state.instances
+        return {
+            sid: spoke
+            for sid, spoke in self.state.spokes.items()
+            if spoke.lost_at is None or sid not in instances or not instances[sid].state.gone
+        }
+
+    @property
     def instances(self) -> dict[str, InstanceEvent]:
         return self.state.instances
 

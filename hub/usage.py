@@ -94,7 +94,7 @@ def accrue_bill(bill: InstanceBill | None, event: InstanceEvent) -> InstanceBill
     update: dict[str, Any] = {}
     if event.state == InstanceState.RUNNING and bill.running_at is None:
         update["running_at"] = event.at
-    if event.state in (InstanceState.TERMINATED, InstanceState.FAILED) and bill.ended_at is None:
+    if event.state.gone and bill.ended_at is None:
         update["ended_at"] = event.at
     if event.at < bill.requested_at:
         update["requested_at"] = event.at  # events may arrive out of order after a restart

@@ -39,6 +39,11 @@ class InstanceState(StrEnum):
     FAILED = "failed"
 
     @property
+    def gone(self) -> bool:
+        """The instance no longer exists (terminated or failed): its spoke will not return."""
+        return self is InstanceState.TERMINATED or self is InstanceState.FAILED
+
+    @property
     def active(self) -> bool:
         """Exists (and is billed) at the cloud provider."""
         return self in (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.TERMINATING)

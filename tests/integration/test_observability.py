@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas import Phase
+from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState, Market
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until as until
 
@@ -149,3 +151,50 @@ async def test_the_log_tail_comes_from_the_spoke_and_follows(
     gone = await fed.api.get(f"/v1/workloads/{wid}/log")
     assert gone.status_code == 503
     assert gone.json()["message"].startswith(f"spoke eu-1, which ran {wid}, is not connected now")
+
+
+async def test_a_cloud_spoke_given_back_leaves_the_fleet_view_once_lost(
+    fed: InProcessFederation,
+) -> None:
+    """An on-prem spoke that goes silent stays listed as lost (and alerts); a cloud spoke
+    whose instance burst gave back leaves /v1/spokes and the per-spoke metrics once the hub
+    has declared it lost, so the spoke-lost alert does not fire for ever after every burst."""
+    hub = await fed.start_hub(suspect_after_s=0.5, lost_after_s=1.0)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"), heartbeat_s=0.1)
+    await fed.start_spoke("burst-t1", "us", nodes("burst-t1", 1, 2, "L4"), heartbeat_s=0.1)
+    # One spoke stays: a hub that hears nobody takes itself for the one cut off.
+    await fed.start_spoke("us-1", "us", nodes("us-1", 1, 2, "L4"), heartbeat_s=0.1)
+    await fed.wait_spokes(3)
+    base = {
+        "burst_id": "burst-t1",
+        "provider": "local",
+        "instance_type": "sim.l4x2",
+        "region": "us-east-1",
+        "market": Market.ON_DEMAND,
+        "gpu_model": "L4",
+        "gpu_count": 2,
+        "price_per_hour": 1.0,
+        "team": "vision",
+    }
+    now = time.time()
+    for i, state in enumerate((InstanceState.RUNNING, InstanceState.TERMINATED)):
+        event = InstanceEvent(**base, state=state, at=now + i)
+        await hub.bus.publish_durable(
+            BURST_INSTANCES, event.model_dump_json().encode(), f"burst-t1-{state.value}"
+        )
+    await until(lambda: hub.instances.get("burst-t1", None) is not None)
+    await until(lambda: hub.instances["burst-t1"].state is InstanceState.TERMINATED)
+    assert fed.api is not None
+    listed = {s["id"] for s in (await fed.api.get("/v1/spokes")).json()}
+    assert listed == {"eu-1", "burst-t1", "us-1"}  # still heard from: shown until lost
+
+    await fed.stop("eu-1")
+    await fed.stop("burst-t1")
+    gone = ("eu-1", "burst-t1")
+    await until(lambda: all(hub.spokes[s].lost_at is not None for s in gone), timeout=15)
+    shown = {s["id"]: s["status"] for s in (await fed.api.get("/v1/spokes")).json()}
+    assert shown == {"eu-1": "lost", "us-1": "ready"}
+    parsed = samples((await fed.api.get("/metrics")).text)
+    assert value(parsed, "gpufed_spoke_lease", spoke="eu-1", state="lost") == 1
+    assert not [labels for (name, labels) in parsed if ("spoke", "burst-t1") in labels]
+    assert "burst-t1" in hub.spokes  # its record stays: usage by spoke still names it
