@@ -44,6 +44,7 @@ from hub.gateway import PREFIX as GATEWAY_PREFIX
 from hub.gateway import add_gateway_routes
 from hub.gatewayws import add_gateway_websockets
 from hub.idle import flagged_idle_s
+from hub.leases import SpokeStatus
 from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
 from hub.policyfile import PolicyDocument, policy_to_dict
@@ -350,18 +351,21 @@ def _error(
 def _spoke(hub: HubService, spoke_id: str, now: float) -> SpokeOut:
     spoke = hub.spokes[spoke_id]
     report = spoke.report
+    status = hub.spoke_status(spoke, now)
     gpus: dict[str, dict[str, float]] = {}
     for node in report.nodes if report else ():
         entry = gpus.setdefault(node.gpu_model, {"total": 0, "free": 0})
         entry["total"] += node.gpu_count
-        if node.schedulable:  # a cordoned node's idle GPUs are not on offer
+        # Not on offer: a cordoned node's idle GPUs, nor any of a lost spoke's (its work was
+        # moved; a suspect one's idle GPUs are still its own, for the seconds it may be).
+        if node.schedulable and status is not SpokeStatus.LOST:
             entry["free"] += len(node.free_devices) + sum(node.device_free_fraction.values())
     return SpokeOut.model_validate(
         {
             "id": spoke.id,
             "region": spoke.region,
             "kind": spoke.kind,
-            "status": hub.spoke_status(spoke, now).value,
+            "status": status.value,
             "last_seen_s_ago": round(now - spoke.last_seen, 1),
             "nodes": len(report.nodes) if report else 0,
             "gpus": gpus,

@@ -192,8 +192,11 @@ async def test_a_cloud_spoke_given_back_leaves_the_fleet_view_once_lost(
     await fed.stop("burst-t1")
     gone = ("eu-1", "burst-t1")
     await until(lambda: all(hub.spokes[s].lost_at is not None for s in gone), timeout=15)
-    shown = {s["id"]: s["status"] for s in (await fed.api.get("/v1/spokes")).json()}
-    assert shown == {"eu-1": "lost", "us-1": "ready"}
+    spokes = {s["id"]: s for s in (await fed.api.get("/v1/spokes")).json()}
+    assert {sid: s["status"] for sid, s in spokes.items()} == {"eu-1": "lost", "us-1": "ready"}
+    # A lost spoke's GPUs are not on offer, whatever its last report said.
+    assert spokes["eu-1"]["gpus"] == {"H100": {"total": 2, "free": 0}}
+    assert spokes["us-1"]["gpus"] == {"L4": {"total": 2, "free": 2}}
     parsed = samples((await fed.api.get("/metrics")).text)
     assert value(parsed, "gpufed_spoke_lease", spoke="eu-1", state="lost") == 1
     assert not [labels for (name, labels) in parsed if ("spoke", "burst-t1") in labels]
