@@ -8,9 +8,10 @@ from typing import Any
 
 from hub.core.policy import Policy, Quota, Team
 from schemas import Phase
-from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState, Market
+from schemas.burst import InstanceState
 from tests.browser.conftest import LiveHub
 from tests.integration.fed import nodes
+from tests.support.instances import publish_instance
 from tests.support.wait import wait_until as until
 
 POLICY = Policy(
@@ -158,23 +159,9 @@ async def rent_an_instance(live: LiveHub) -> None:
     """What burst publishes when it rents an instance: requested, then its spoke joined."""
     hub = live.fed.hub
     assert hub is not None
-    base = {
-        "burst_id": "burst-test-1",
-        "provider": "local",
-        "instance_type": "sim.l4x2",
-        "region": "us-east-1",
-        "market": Market.ON_DEMAND,
-        "gpu_model": "L4",
-        "gpu_count": 2,
-        "price_per_hour": 3600.0,  # a dollar a second: visible in a short test
-        "team": "vision",
-    }
     now = time.time()
     for i, state in enumerate((InstanceState.REQUESTED, InstanceState.RUNNING)):
-        event = InstanceEvent(**base, state=state, at=now - 10 + 5 * i)
-        await hub.bus.publish_durable(
-            BURST_INSTANCES, event.model_dump_json().encode(), f"burst-test-1-{state.value}"
-        )
+        await publish_instance(hub.bus, "burst-test-1", state, now - 10 + 5 * i)
     await until(lambda: "burst-test-1" in hub.bills and hub.bills["burst-test-1"].running_at)
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas import Phase
-from schemas.burst import BURST_INSTANCES, InstanceEvent, InstanceState, Market
+from schemas.burst import InstanceState
 from tests.integration.fed import InProcessFederation, nodes
+from tests.support.instances import publish_instance
 from tests.support.wait import wait_until as until
 
 
@@ -165,23 +166,9 @@ async def test_a_cloud_spoke_given_back_leaves_the_fleet_view_once_lost(
     # One spoke stays: a hub that hears nobody takes itself for the one cut off.
     await fed.start_spoke("us-1", "us", nodes("us-1", 1, 2, "L4"), heartbeat_s=0.1)
     await fed.wait_spokes(3)
-    base = {
-        "burst_id": "burst-t1",
-        "provider": "local",
-        "instance_type": "sim.l4x2",
-        "region": "us-east-1",
-        "market": Market.ON_DEMAND,
-        "gpu_model": "L4",
-        "gpu_count": 2,
-        "price_per_hour": 1.0,
-        "team": "vision",
-    }
     now = time.time()
     for i, state in enumerate((InstanceState.RUNNING, InstanceState.TERMINATED)):
-        event = InstanceEvent(**base, state=state, at=now + i)
-        await hub.bus.publish_durable(
-            BURST_INSTANCES, event.model_dump_json().encode(), f"burst-t1-{state.value}"
-        )
+        await publish_instance(hub.bus, "burst-t1", state, now + i)
     await until(lambda: hub.instances.get("burst-t1", None) is not None)
     await until(lambda: hub.instances["burst-t1"].state is InstanceState.TERMINATED)
     assert fed.api is not None
