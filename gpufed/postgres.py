@@ -73,6 +73,7 @@ class EmbeddedPostgres:
         self.bin = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
         self.root = root
         self.durable = durable
+        self._password: str | None = None  # the superuser's, once set or read
         self.data = root / "data"
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -101,7 +102,9 @@ class EmbeddedPostgres:
         return f"postgresql+psycopg://{self._login()}@127.0.0.1:{self.port}/{database}"
 
     def _login(self) -> str:
-        return f"postgres:{quote(self.password_file.read_text().strip(), safe='')}"
+        if self._password is None:  # read once: the URLs are asked for every connection
+            self._password = self.password_file.read_text().strip()
+        return f"postgres:{quote(self._password, safe='')}"
 
     def start(self, timeout: float = 30.0) -> EmbeddedPostgres:
         """Start the server; the first start under `root` creates its cluster, later ones
@@ -158,6 +161,7 @@ class EmbeddedPostgres:
                 f"setting the PostgreSQL password failed ({done.returncode}): {said}"
             )
         write_secret(self.password_file, password + "\n")
+        self._password = password
 
     def _write_hba(self) -> None:
         """Password (SCRAM) logins over loopback TCP, nothing else: written on every start,
