@@ -29,7 +29,7 @@ def never_fits(
     shape can be at fault.
     """
     if eligible:
-        return None if _shape_exists(spec, eligible) else _never(spec)
+        return None if _shape_exists(spec, eligible) else _never(spec, eligible)
     if not capacity.snapshot.spokes:
         return (Reason.NO_SPOKES, "no spoke has reported capacity yet")
     if not capacity.pools:
@@ -78,7 +78,7 @@ def never_fits(
     runnable = [p for p in open_pools if runs_on(p, spec, avoid)]
     if not runnable:
         return _refused(spec, open_pools, avoid)
-    return None if _shape_exists(spec, runnable) else _never(spec)
+    return None if _shape_exists(spec, runnable) else _never(spec, runnable)
 
 
 def _refused(spec: SpecLike, pools: list[Pool], avoid: frozenset[str]) -> Why:
@@ -97,13 +97,21 @@ def _refused(spec: SpecLike, pools: list[Pool], avoid: frozenset[str]) -> Why:
     return (Reason.RUNTIME_REFUSES, f"no spoke{where} with {_gpus(spec)} runs it: {why}")
 
 
-def _never(spec: SpecLike) -> Why:
+def _never(spec: SpecLike, pools: list[Pool]) -> Why:
+    """The shape is too big for `pools` (those it may use): say how big a shape they hold, so
+    the person can resize it (fewer GPUs a node, or the gang split differently)."""
     where = _where(spec)
+    g = spec.gpus_per_node
+    largest = max((node.gpu_count for pool in pools for node in pool.nodes), default=0)
+    most_here = f" (the most on one node is {largest})" if largest else ""
     if spec.nodes > 1:
-        text = f"no spoke{where} has {spec.nodes} nodes with {spec.gpus_per_node} "
-        text += f"{_gpus(spec)} each"
+        text = f"no spoke{where} has {spec.nodes} nodes with {g} {_gpus(spec)} each"
+        counts = _nodes_per_spoke(g, pools)
+        if counts:
+            most, spoke_id = min((-count, sid) for sid, count in counts.items())
+            text += f" (at most {-most}, on {spoke_id})" if most else most_here
     else:
-        text = f"no node{where} has {spec.gpus_per_node} {_gpus(spec)}"
+        text = f"no node{where} has {g} {_gpus(spec)}{most_here}"
     return (Reason.SHAPE_NEVER_FITS, text)
 
 
@@ -169,8 +177,17 @@ def _shape_exists(spec: SpecLike, pools: list[Pool]) -> bool:
     g = spec.gpus_per_node
     if spec.nodes == 1:
         return any(pool.nodes_with(g) for pool in pools)
-    per_spoke: dict[tuple[str, str], int] = {}
+    return any(count >= spec.nodes for count in _nodes_per_spoke(g, pools).values())
+
+
+def _nodes_per_spoke(g: int, pools: list[Pool]) -> dict[str, int]:
+    """Per spoke, its most nodes of one GPU model with at least `g` GPUs (a gang's nodes are
+    of one spoke and one model)."""
+    per_model: dict[tuple[str, str], int] = {}
     for pool in pools:
         key = (pool.spoke_id, pool.model)
-        per_spoke[key] = per_spoke.get(key, 0) + pool.nodes_with(g)
-    return any(count >= spec.nodes for count in per_spoke.values())
+        per_model[key] = per_model.get(key, 0) + pool.nodes_with(g)
+    most: dict[str, int] = {}
+    for (spoke_id, _), count in per_model.items():
+        most[spoke_id] = max(most.get(spoke_id, 0), count)
+    return most

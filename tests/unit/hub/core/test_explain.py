@@ -60,13 +60,25 @@ FLEET = fleet(
             FLEET,
             pending("w", models=("L4",), gpus=8),
             "shape_never_fits",
-            "no node has 8 L4 GPUs",
+            "no node has 8 L4 GPUs (the most on one node is 4)",
+        ),
+        (
+            FLEET,
+            pending("w", team="nlp", gpus=16),
+            "shape_never_fits",
+            "no node has 16 GPUs (the most on one node is 8)",
+        ),
+        (
+            FLEET,
+            pending("w", team="nlp", gpus=16, nodes=2),
+            "shape_never_fits",
+            "no spoke has 2 nodes with 16 GPUs each (the most on one node is 8)",
         ),
         (
             FLEET,
             pending("w", models=("A100",), gpus=8, nodes=3),
             "shape_never_fits",
-            "no spoke has 3 nodes with 8 A100 GPUs each",
+            "no spoke has 3 nodes with 8 A100 GPUs each (at most 2, on eu1)",
         ),
         (
             FLEET,

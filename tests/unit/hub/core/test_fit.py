@@ -179,7 +179,10 @@ def test_gang_takes_all_its_nodes_on_one_spoke_or_nothing() -> None:
 def test_gang_never_spans_spokes() -> None:
     snapshot = fleet(spoke("s1", node("a")), spoke("s2", node("b")))
     result = run(snapshot, pending("gang", gpus=8, nodes=2))
-    assert why(result)["gang"] == ("shape_never_fits", "no spoke has 2 nodes with 8 GPUs each")
+    assert why(result)["gang"] == (
+        "shape_never_fits",
+        "no spoke has 2 nodes with 8 GPUs each (at most 1, on s1)",
+    )
 
 
 def test_gang_prefers_the_spoke_it_fragments_least() -> None:
