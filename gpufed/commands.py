@@ -406,9 +406,12 @@ def _shape(spec: dict[str, Any]) -> str:
 
 
 def _note(r: dict[str, Any]) -> str:
-    """The jobs table's last column: why it waits, or its URL and how long its GPUs sat idle."""
+    """The jobs table's last column: why it waits, why it failed (its log: `gpufed logs`), or
+    its URL and how long its GPUs sat idle."""
     if r["phase"] == "queued":
         return str(r["message"])
+    if r["phase"] == "failed":
+        return "; ".join(p for p in str(r["message"]).split("; ") if not p.startswith("log "))
     parts = [f"GPUs idle {age(r['idle_s'])}"] if r.get("idle_s") is not None else []
     if r.get("endpoint"):
         parts.append(str(r["endpoint"]))

@@ -90,6 +90,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 "command": ["sh", "-c", "for i in $(seq 1 8); do echo step-$i; sleep 0.25; done"],
             }
         )["id"]
+        live.jobs["fails"] = submit(
+            {
+                "name": "broken",
+                "team": "nlp",
+                "gpus_per_node": 1,
+                "gpu_models": ["L4"],
+                "command": ["sh", "-c", "exit 3"],
+            }
+        )["id"]
         wait_for(lambda: client.workload(live.jobs["idle"])["phase"] == "running")
         yield live
     finally:
@@ -214,6 +223,10 @@ def test_jobs_shows_priority_and_queue_position(live: Live) -> None:
     # How long so far: the waiter's wait and the notebook's run, not "-" until they end.
     assert waiter[7] == "queued" and float(waiter[9].removesuffix("s")) > 0
     assert notebook[7] == "running" and float(notebook[10].removesuffix("s")) > 0
+    # Why a job failed, without its log's path on the spoke (`gpufed logs` reads it).
+    wait_for(lambda: live.client.workload(live.jobs["fails"])["phase"] == "failed")
+    broken = next(r for r in live.cli("jobs").stdout.splitlines() if "broken" in r)
+    assert broken.split()[7] == "failed" and broken.endswith("  exit code 3")
     # Into a pipe whose reader has gone (`gpufed jobs | head`): no traceback.
     read_end, write_end = os.pipe()
     os.close(read_end)
