@@ -43,8 +43,13 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run NATS, the hub and three simulated spokes on this machine")
     up.add_argument("--demo", action="store_true", help="submit a mixed workload and report")
-    up.add_argument("--data-dir", type=Path, default=Path(".gpufed"))
-    up.add_argument("--api-port", type=int, default=8080)
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".gpufed"),
+        help="everything it keeps: store, NATS, spokes, secrets, logs (.gpufed)",
+    )
+    up.add_argument("--api-port", type=int, default=8080, help="the hub's API port (8080)")
     up.add_argument(
         "--hubs",
         type=_positive,
@@ -67,9 +72,16 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="read the store URL (one with a password) from this file, e.g. a mounted Secret",
     )
-    hub.add_argument("--data-dir", type=Path, default=Path(".gpufed/hub"))
-    hub.add_argument("--api-host", default="127.0.0.1")
-    hub.add_argument("--api-port", type=int, default=8080)
+    hub.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".gpufed/hub"),
+        help="where the SQLite store is kept when there is no --store-url (.gpufed/hub)",
+    )
+    hub.add_argument(
+        "--api-host", default="127.0.0.1", help="address the API listens on (this host only)"
+    )
+    hub.add_argument("--api-port", type=int, default=8080, help="the API's port (8080)")
     hub.add_argument(
         "--advertise-url",
         default="",
@@ -113,19 +125,44 @@ def _parser() -> argparse.ArgumentParser:
     hub.set_defaults(func=_hub)
 
     spoke = sub.add_parser("spoke", help="run a spoke agent in a cluster")
-    spoke.add_argument("--id", required=True)
-    spoke.add_argument("--region", required=True)
-    spoke.add_argument("--kind", choices=["onprem", "cloud"], default="onprem")
+    spoke.add_argument(
+        "--id", required=True, help="this spoke's name, one per spoke in the federation"
+    )
+    spoke.add_argument(
+        "--region", required=True, help="its region (workloads and policy may ask for one)"
+    )
+    spoke.add_argument(
+        "--kind",
+        choices=["onprem", "cloud"],
+        default="onprem",
+        help="cloud: an instance rented by burst (onprem)",
+    )
     _add_nats_flags(spoke)
     spoke.add_argument(
         "--inventory",
         default="nvml",
         help="static:FILE (simulated GPUs), nvml, kubernetes or slurm",
     )
-    spoke.add_argument("--runtime", choices=["local", "kubernetes", "slurm"], default="local")
-    spoke.add_argument("--state-dir", type=Path, default=Path(".gpufed/spokes"))
+    spoke.add_argument(
+        "--runtime",
+        choices=["local", "kubernetes", "slurm"],
+        default="local",
+        help="what runs the work: processes here, one Job each, one sbatch job each (local)",
+    )
+    spoke.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".gpufed/spokes"),
+        help="its journal, logs and workspaces go in STATE_DIR/ID (.gpufed/spokes)",
+    )
     spoke.add_argument("--heartbeat", type=float, default=2.0, help="seconds between reports")
-    spoke.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    spoke.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of every node here, for workloads' required_labels (repeat)",
+    )
     spoke.add_argument(
         "--price",
         type=float,
@@ -162,7 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
-    spoke.add_argument("--metrics-host", default="127.0.0.1")
+    spoke.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address /metrics listens on (this host only)"
+    )
     spoke.add_argument(
         "--expose-host",
         default="127.0.0.1",
@@ -191,8 +230,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="local and Slurm runtimes: keep those of the last N ended workloads at most (10000)",
     )
-    spoke.add_argument("--kubeconfig", default=None)
-    spoke.add_argument("--context", default=None)
+    spoke.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="Kubernetes: kubeconfig file (default: the pod's service account in a pod, else "
+        "$KUBECONFIG or ~/.kube/config)",
+    )
+    spoke.add_argument(
+        "--context", default=None, help="Kubernetes: the kubeconfig's context (its current one)"
+    )
     spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
     spoke.add_argument("--slurm-account", default=None, help="Slurm account of the jobs")
     spoke.add_argument("--slurm-qos", default=None, help="Slurm QOS of the jobs")
