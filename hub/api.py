@@ -118,8 +118,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         text = f"{field}: {message}" if field else message
         if more:
             text += f" (and {more} more problem{'s' if more > 1 else ''})"
-        code = "invalid_policy" if request.url.path == "/v1/policy" else "invalid_workload"
-        return _error(422, code, text[:2000], field)
+        return _error(422, _invalid_code(request.url.path, first), text[:2000], field)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -339,6 +338,18 @@ def _batch_teams(body: bytes) -> list[str]:
 
 async def _workload(hub: HubService, workload_id: str) -> WorkloadRecord:
     return await hub.get_workload(workload_id)
+
+
+def _invalid_code(path: str, error: dict[str, Any]) -> str:
+    """The stable code of a request that does not validate: what the caller got wrong."""
+    where = error.get("loc", ())[:1]
+    if where != ("body",):  # a query or path parameter (?limit=abc): the request, not a body
+        return "invalid_request"
+    if path == "/v1/policy":
+        return "invalid_policy"
+    if path.startswith(("/v1/workloads", "/v1/services")):
+        return "invalid_workload"  # a workload's spec, or a service's (its replicas' spec)
+    return "invalid_request"
 
 
 def _error(

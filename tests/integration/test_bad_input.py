@@ -140,3 +140,20 @@ async def until_reason(fed: InProcessFederation, wid: str) -> None:
         return bool((await fed.workload(wid))["reason"])
 
     await wait_until(has_reason, 5, f"{wid} to say why it waits")
+
+
+async def test_a_bad_request_that_is_no_workload_is_not_called_one(
+    fed: InProcessFederation,
+) -> None:
+    # A client that branches on `code` must not read a token's bad ttl, or a bad query
+    # parameter, as a bad workload spec.
+    await fed.start_hub()
+    assert fed.api is not None
+    token = await fed.api.post("/v1/tokens", json={"user": "bob", "role": "admin", "ttl_s": -5})
+    assert token.status_code == 422
+    assert (token.json()["code"], token.json()["field"]) == ("invalid_request", "ttl_s")
+    listed = await fed.api.get("/v1/workloads", params={"limit": "many"})
+    assert listed.status_code == 422
+    assert (listed.json()["code"], listed.json()["field"]) == ("invalid_request", "limit")
+    spec = await fed.api.post("/v1/workloads", json={**GOOD, "nodes": 0})
+    assert (spec.json()["code"], spec.json()["field"]) == ("invalid_workload", "nodes")
