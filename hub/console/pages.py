@@ -61,7 +61,7 @@ _JOBS = """
 </div>
 <table id="jobs" class="data">
   <thead><tr><th>Job</th><th>Name</th><th>Team</th><th>GPUs</th><th>Phase</th><th>Spoke</th>
-  <th>Wait</th><th>Run</th><th></th></tr></thead>
+  <th>Wait</th><th>Run</th><th>Why</th><th></th></tr></thead>
   <tbody></tbody>
 </table>
 <section id="job-detail" hidden>

@@ -86,6 +86,10 @@ async def test_every_console_page_shows_the_live_federation(
     assert "hello-1\nhello-2\nhello-3" in await page.inner_text("#job-log")
     events = await page.inner_text("#job-events")
     assert "submitted" in events and "placed" in events and "running on us-1" in events
+    # A queued job's row says how long it has waited so far and why it waits.
+    cells = await page.query_selector_all(f"#jobs tr[data-id='{wait_a}'] td")
+    waited, why = [await c.inner_text() for c in cells[6:9:2]]
+    assert waited != "-" and why == (await fed.workload(wait_a))["message"] and why
     await shoot(page, screenshots, "jobs")
     await page.click(f"#jobs tr[data-id='{job}'] button.cancel")
     await page.wait_for_selector(f"#jobs tr[data-id='{job}'] .phase.cancelled")

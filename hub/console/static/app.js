@@ -131,11 +131,17 @@ async function jobs() {
   const records = await api(path);
   fill("jobs", records.map((r) => {
     const live = ["queued", "placed", "running"].includes(r.phase);
+    // A queued job's wait and a running one's run so far, as `gpufed jobs` shows them; and
+    // why it waits or why it failed.
+    const wait = r.phase === "queued" ? now() - r.submitted_at : r.wait_s;
+    const run = r.phase === "running" && r.started_at ? now() - r.started_at : r.run_s;
+    const why = ["queued", "failed"].includes(r.phase) ? r.message || "" : "";
     return el("tr", { dataset: { id: r.id }, class: r.id === selectedJob ? "selected" : "" },
       el("td", { class: "mono" }, el("a", { href: "#" + r.id, onclick: (e) => { e.preventDefault(); selectJob(r.id); } }, r.id)),
       el("td", {}, r.spec.name), el("td", {}, r.spec.team), el("td", {}, gpus(r.spec)),
       el("td", {}, el("span", { class: "phase " + r.phase }, r.phase)),
-      el("td", {}, r.spoke_id || "-"), el("td", {}, secs(r.wait_s)), el("td", {}, secs(r.run_s)),
+      el("td", {}, r.spoke_id || "-"), el("td", {}, secs(wait)), el("td", {}, secs(run)),
+      el("td", { class: "why", title: why }, why),
       el("td", {}, live ? el("button", { class: "cancel", type: "button", onclick: () => cancelJob(r.id) }, "Cancel") : ""));
   }), "No jobs yet: submit one above.");
   if (selectedJob) await jobDetail();
