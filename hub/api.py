@@ -54,6 +54,7 @@ from hub.serviceapi import add_service_routes
 from hub.tokenapi import add_token_routes
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
 from schemas.burst import InstanceEvent
+from schemas.errors import first_problem
 
 log = structlog.get_logger(__name__)
 
@@ -111,13 +112,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         if first.get("type") == "json_invalid":
             why = (first.get("ctx") or {}).get("error", first.get("msg", ""))
             return _error(400, "invalid_json", f"body is not JSON: {why}")
-        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
-        field = ".".join(loc) or None
-        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-        more = len(exc.errors()) - 1
-        text = f"{field}: {message}" if field else message
-        if more:
-            text += f" (and {more} more problem{'s' if more > 1 else ''})"
+        field, text = first_problem(exc.errors())
         return _error(422, _invalid_code(request.url.path, first), text[:2000], field)
 
     @app.exception_handler(StarletteHTTPException)

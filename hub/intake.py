@@ -22,6 +22,7 @@ from schemas import (
     SubmitReply,
     WorkloadSpec,
 )
+from schemas.errors import first_problem
 
 log = structlog.get_logger(__name__)
 
@@ -310,11 +311,5 @@ class Intake:
 
 def validation_error(exc: ValidationError) -> ErrorReply:
     """Our error shape from pydantic's: the first problem, naming its field."""
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or None
-    message = first["msg"].removeprefix("Value error, ")
-    text = f"{field}: {message}" if field else message
-    more = len(exc.errors()) - 1
-    if more:
-        text += f" (and {more} more problem{'s' if more > 1 else ''})"
+    field, text = first_problem(exc.errors())
     return ErrorReply(code="invalid_workload", message=text, field=field)

@@ -29,6 +29,24 @@ SpokeId = Annotated[str, StringConstraints(pattern=SPOKE_ID_PATTERN)]
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,159}$"
 EventId = Annotated[str, StringConstraints(pattern=EVENT_ID_PATTERN)]
 
+#: A GPU model's name as the fleet reports it (H100, A100-80GB, nvidia_l4).
+GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+#: What each pattern a person types against asks for, in words: a refusal says this, not the
+#: regular expression.
+PATTERN_MEANINGS = {
+    DNS_LABEL_PATTERN: (
+        "lower-case letters, digits and '-', starting and ending with a letter or digit"
+    ),
+    ID_PATTERN: "letters, digits, '_' and '-', starting with a letter or digit (at most 63)",
+    SPOKE_ID_PATTERN: (
+        f"letters, digits, '_' and '-', starting with a letter or digit (at most {SPOKE_ID_MAX})"
+    ),
+    GPU_MODEL_PATTERN: (
+        "letters, digits, '_', '.' and '-', starting with a letter or digit (such as H100)"
+    ),
+}
+
 #: Largest assignment epoch (so a derived id stays bounded).
 MAX_EPOCH = 2**31 - 1
 

@@ -8,11 +8,12 @@ is never our `code`: it travels as `provider_code` on burst's errors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from schemas.common import WireModel
+from schemas.common import PATTERN_MEANINGS, WireModel
 
 
 class ErrorReply(WireModel):
@@ -56,3 +57,35 @@ class GpufedError(Exception):
         return ErrorReply(
             code=self.code, message=self.message, field=self.field, retryable=self.retryable
         )
+
+
+#: Where FastAPI says a problem was (`loc`'s first part): not a field of ours.
+_REQUEST_PARTS = frozenset({"body", "query", "path", "header"})
+
+
+def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:
+    """pydantic's validation problems as (the field at fault, a sentence about the first,
+    counting the rest): "name: must be lower-case letters, ... (not 'Hello_1')"."""
+    if not errors:
+        return None, "invalid"
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    if loc and loc[0] in _REQUEST_PARTS:
+        loc = loc[1:]
+    field = ".".join(loc) or None
+    message = _sentence(first)
+    text = f"{field}: {message}" if field else message
+    more = len(errors) - 1
+    if more:
+        text += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return field, text
+
+
+def _sentence(problem: Mapping[str, Any]) -> str:
+    if problem.get("type") == "string_pattern_mismatch":
+        meaning = PATTERN_MEANINGS.get((problem.get("ctx") or {}).get("pattern", ""))
+        if meaning is not None:
+            given = problem.get("input")
+            shown = f" (not {given!r})" if isinstance(given, str) and len(given) <= 80 else ""
+            return f"must be {meaning}{shown}"
+    return str(problem.get("msg", "invalid")).removeprefix("Value error, ")

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from schemas.common import DnsLabel, WireModel
+from schemas.errors import first_problem
 from schemas.workloads import (
     SECRET_MASK,
     Affinity,
@@ -195,9 +196,4 @@ class ServiceSpec(WireModel):
 
 def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        message = str(first.get("msg", exc)).removeprefix("Value error, ")
-        return f"{where}: {message}" if where else message
-    return str(exc)
+    return first_problem(errors())[1] if callable(errors) else str(exc)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from schemas.common import DnsLabel, Identifier, WireModel, refuse_control
+from schemas.common import GPU_MODEL_PATTERN, DnsLabel, Identifier, WireModel, refuse_control
 from schemas.errors import ErrorReply
 
 MAX_COMMAND_ITEMS = 256
@@ -28,9 +28,7 @@ LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 
-GpuModel = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", max_length=63)
-]
+GpuModel = Annotated[str, StringConstraints(pattern=GPU_MODEL_PATTERN, max_length=63)]
 
 
 class Phase(StrEnum):

@@ -157,3 +157,29 @@ async def test_a_bad_request_that_is_no_workload_is_not_called_one(
     assert (listed.json()["code"], listed.json()["field"]) == ("invalid_request", "limit")
     spec = await fed.api.post("/v1/workloads", json={**GOOD, "nodes": 0})
     assert (spec.json()["code"], spec.json()["field"]) == ("invalid_workload", "nodes")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"name": "Hello_1"},
+            "name: must be lower-case letters, digits and '-', starting and ending with a "
+            "letter or digit (not 'Hello_1')",
+        ),
+        (
+            {"gpu_models": ["h100 sxm"]},
+            "gpu_models.0: must be letters, digits, '_', '.' and '-', starting with a letter "
+            "or digit (such as H100) (not 'h100 sxm')",
+        ),
+    ],
+)
+async def test_a_name_that_breaks_the_rules_is_refused_in_words_not_a_pattern(
+    fed: InProcessFederation, change: dict[str, object], message: str
+) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    response = await fed.api.post("/v1/workloads", json={**GOOD, **change})
+    assert response.status_code == 422 and response.json()["message"] == message
+    batch = await fed.api.post("/v1/workloads:batch", json=[{**GOOD, **change}])
+    assert batch.json()["results"][0]["error"]["message"] == message
