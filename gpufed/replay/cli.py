@@ -36,7 +36,7 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="URL",
         default=None,
         help="instead of --trace: the hub's own workloads (REST API) under --policy and under "
-        "the policy in force, side by side ($GPUFED_TOKEN is sent as a bearer token)",
+        "the policy in force, side by side (with the token the other commands send)",
     )
     p.add_argument("--since", default="7d", help="--from-hub: workloads submitted since (7d)")
     p.add_argument("--fleet", type=Path, default=None, help="fleet YAML (or openb node list)")

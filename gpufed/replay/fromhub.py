@@ -5,12 +5,12 @@ last `--since`, `GET /v1/policy` for the policy in force and, without `--fleet`,
 /v1/spokes` for the fleet. A workload becomes a job with its spec's shape, team and class, its
 submit time, and as run time what it ran (finish - start; until now while it still runs).
 Workloads that never started have no run time to replay and are left out (counted in
-`skipped`). When `GPUFED_TOKEN` is set it is sent as `Authorization: Bearer`.
+`skipped`). The token is the other commands' (`gpufed.client.default_token`: `GPUFED_TOKEN`,
+else the file `GPUFED_TOKEN_FILE` names, else `gpufed up`'s `.gpufed/admin.token`).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from gpufed.client import default_token
 from gpufed.replay.fleet import Fleet, NodeSpec, SpokeSpec
 from gpufed.replay.traces import Job
 from schemas import SpokeKind
@@ -53,7 +54,7 @@ class HubHistory:
 
 def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubHistory:
     """Read the workloads submitted since `now - since_s`, the policy and the spokes."""
-    token = os.environ.get("GPUFED_TOKEN")
+    token = default_token()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         with httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s, headers=headers) as http:
@@ -137,7 +138,8 @@ def _get(http: httpx.Client, path: str, params: dict[str, Any]) -> Any:
     response = http.get(path, params=params)
     if response.status_code in (401, 403):
         raise HubFetchError(
-            f"the hub refused {path} ({response.status_code}): set GPUFED_TOKEN to its API token"
+            f"the hub refused {path} ({response.status_code}): set GPUFED_TOKEN to its API token "
+            "(or GPUFED_TOKEN_FILE to a file holding one)"
         )
     response.raise_for_status()
     return response.json()

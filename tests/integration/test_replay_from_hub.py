@@ -107,3 +107,39 @@ async def test_a_hub_that_cannot_be_reached_is_a_clear_error(tmp_path: Path) -> 
     _, stderr = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1
     assert f"cannot read the hub at http://127.0.0.1:{port}" in stderr.decode()
+
+
+async def test_uses_gpufed_ups_admin_token_like_the_other_commands(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    # The README's tour: in the folder `gpufed up` ran in, with no GPUFED_TOKEN set, every
+    # command sends .gpufed/admin.token; the replay must too (it used to get a 401).
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(name="j", team="vision", gpus_per_node=1, command=["true"])
+    await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=30)
+    (tmp_path / ".gpufed").mkdir()
+    (tmp_path / ".gpufed" / "admin.token").write_text(fed.admin_token + "\n", encoding="utf-8")
+    (tmp_path / "new.yaml").write_text(PROPOSED, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if "TOKEN" not in k}
+    async with fed.serve() as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gpufed.replay",
+            "--from-hub",
+            url,
+            "--policy",
+            "new.yaml",
+            "--quiet",
+            "--out",
+            "out",
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, stderr.decode()
+    assert json.loads(stdout.decode().splitlines()[0]) == {"jobs": 1, "skipped": {}}
