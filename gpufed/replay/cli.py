@@ -211,6 +211,7 @@ def _from_hub(args: argparse.Namespace) -> int:
         "jobs": len(jobs),
         "skipped": dict(history.skipped),
         "load_factor": args.load_factor,
+        "start": datetime.fromtimestamp(history.start, UTC).isoformat(),
     }
     side: dict[str, dict[str, Any]] = {}
     paths: list[Path] = []
@@ -224,6 +225,7 @@ def _from_hub(args: argparse.Namespace) -> int:
             burst_policy=_burst_policy(args),
             boot_s=args.boot_s,
             sim=SimConfig(args.cycle_s, args.preempt_grace_s, args.on_preempt),
+            start=history.start,  # time windows as they were in force when the work came
         )
         report = build_report(run_replay(jobs, setup, progress=_progress(args, name)), trace)
         paths.append(write_report(report, args.out / name.replace("_", "-")))

@@ -44,12 +44,14 @@ def parse_since(text: str) -> float:
 
 @dataclass(slots=True)
 class HubHistory:
-    """What the hub said: jobs to replay, its policy (as a dict), its spokes, what was left out."""
+    """What the hub said: jobs to replay, its policy (as a dict), its spokes, what was left out,
+    and `start`, when the first job was submitted (epoch s): the replay's time 0."""
 
     jobs: list[Job]
     policy: dict[str, Any]
     spokes: list[dict[str, Any]]
     skipped: Counter[str] = field(default_factory=Counter)
+    start: float = 0.0
 
 
 def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubHistory:
@@ -65,14 +67,15 @@ def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubH
         raise HubFetchError(f"cannot read the hub at {url}: {exc}") from exc
     if not isinstance(records, list) or not isinstance(policy, dict):
         raise HubFetchError(f"{url} did not answer like a gpufed hub")
-    jobs, skipped = to_jobs(records, now - since_s, now)
-    return HubHistory(jobs, policy, spokes if isinstance(spokes, list) else [], skipped)
+    jobs, skipped, start = to_jobs(records, now - since_s, now)
+    return HubHistory(jobs, policy, spokes if isinstance(spokes, list) else [], skipped, start)
 
 
 def to_jobs(
     records: Sequence[Mapping[str, Any]], since: float, now: float
-) -> tuple[list[Job], Counter[str]]:
-    """Jobs of the workloads submitted at or after `since`, submit times from the first."""
+) -> tuple[list[Job], Counter[str], float]:
+    """Jobs of the workloads submitted at or after `since`, submit times from the first; what
+    was skipped; and when the first was submitted (epoch s; `since` when none was)."""
     skipped: Counter[str] = Counter()
     rows: list[tuple[float, str, float, Mapping[str, Any]]] = []
     for record in records:
@@ -88,7 +91,7 @@ def to_jobs(
         rows.append((submitted, str(record["id"]), max(1.0, end - float(started)), record["spec"]))
     rows.sort(key=lambda r: (r[0], r[1]))
     if not rows:
-        return [], skipped
+        return [], skipped, since
     first = rows[0][0]
     jobs = [
         Job(
@@ -104,7 +107,7 @@ def to_jobs(
         )
         for submitted, wid, duration, spec in rows
     ]
-    return jobs, skipped
+    return jobs, skipped, first
 
 
 def fleet_from_spokes(spokes: Sequence[Mapping[str, Any]]) -> Fleet:

@@ -7,9 +7,12 @@ import json
 import os
 import socket
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
@@ -143,3 +146,61 @@ async def test_uses_gpufed_ups_admin_token_like_the_other_commands(
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, stderr.decode()
     assert json.loads(stdout.decode().splitlines()[0]) == {"jobs": 1, "skipped": {}}
+
+
+WINDOWED = """
+version: 1
+teams: [{name: vision, quotas: {H100: {limit: 1}}}]
+windows:
+  - {name: day, days: weekdays, start: "08:00", end: "20:00",
+     teams: {vision: {quotas: {H100: {limit: 3}}}}}
+"""
+
+
+async def test_time_windows_apply_at_the_hours_the_work_was_submitted(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    # The hub's clock reads Monday 10:00 UTC: the day window lets vision run 3 at once. The
+    # replay must see it in force there (it used to replay from 1970-01-01, a Thursday 00:00,
+    # outside the window), so the policy in force beats the same policy without the window.
+    monday_10 = datetime(2024, 1, 8, 10, tzinfo=UTC).timestamp()
+    began = time.time()
+    await fed.start_hub(clock=lambda: monday_10 + time.time() - began)
+    assert fed.api is not None
+    windowed = yaml.safe_load(WINDOWED)
+    assert (await fed.api.put("/v1/policy", json=windowed)).status_code == 200
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.wait_spokes(1)
+    spec = {"team": "vision", "gpus_per_node": 1, "gpu_model": "H100", "command": ["sleep", "1"]}
+    ids = [await fed.submit(name=f"j{i}", **spec) for i in range(3)]
+    for wid in ids:
+        await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=30)
+    del windowed["windows"]
+    (tmp_path / "no-window.yaml").write_text(yaml.safe_dump(windowed), encoding="utf-8")
+    out = tmp_path / "out"
+    async with fed.serve() as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gpufed.replay",
+            "--from-hub",
+            url,
+            "--since",
+            "100000d",
+            "--policy",
+            str(tmp_path / "no-window.yaml"),
+            "--cycle-s",
+            "0.01",
+            "--quiet",
+            "--out",
+            str(out),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "GPUFED_TOKEN": fed.admin_token},
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, stderr.decode()
+    wait = json.loads(stdout.decode().splitlines()[1])["avg_wait_s"]
+    assert wait["in_force"] < wait["proposed"]
+    report = json.loads((out / "in-force" / "report.json").read_text())
+    assert report["trace"]["start"].startswith("2024-01-08T10:00")
