@@ -19,19 +19,26 @@ def parse_instant(text: str, now: float) -> float:
     if text.lower() == "now":
         return now
     try:
-        return float(text)
+        instant = float(text)
     except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(
-            f"--at {text!r}: give 'now', an ISO 8601 time such as 2026-12-01T09:00+01:00, "
-            "or seconds since the epoch"
-        ) from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise ValueError(_GIVE.format(text=text)) from exc
+        instant = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    # inf, nan and 1e20 are numbers, but no instant a calendar can name (the windows look a
+    # day back and a week ahead of it).
+    if not _EARLIEST <= instant <= _LATEST:
+        raise ValueError(f"--at {text!r}: give a time between the years 2 and 9998")
+    return instant
+
+
+_EARLIEST = datetime(2, 1, 1, tzinfo=UTC).timestamp()
+_LATEST = datetime(9998, 12, 31, tzinfo=UTC).timestamp()
+_GIVE = (
+    "--at {text!r}: give 'now', an ISO 8601 time such as 2026-12-01T09:00+01:00, "
+    "or seconds since the epoch"
+)
 
 
 def policy_in_force(document: dict[str, Any], at: float) -> dict[str, Any]:

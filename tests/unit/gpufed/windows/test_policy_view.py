@@ -52,3 +52,10 @@ def test_now_and_epoch_seconds() -> None:
 def test_bad_time_says_what_to_give() -> None:
     with pytest.raises(ValueError, match="ISO 8601"):
         parse_instant("tomorrow morning", 0.0)
+
+
+@pytest.mark.parametrize("text", ["1e20", "inf", "-inf", "nan", "99999999999999"])
+def test_a_number_no_calendar_can_name_is_refused_with_the_range(text: str) -> None:
+    # `gpufed policy show --at 1e20` used to end in an OverflowError traceback.
+    with pytest.raises(ValueError, match="between the years 2 and 9998"):
+        policy_in_force(POLICY, parse_instant(text, 0.0))
