@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from hub.core.windows import next_change, policy_at
+from hub.core.policy import Policy, Window
+from hub.core.windows import DAY_S, active_window, next_change, policy_at
 from hub.policyfile import policy_from_dict, policy_to_dict
 
 
@@ -48,7 +49,7 @@ def policy_in_force(document: dict[str, Any], at: float) -> dict[str, Any]:
     """
     policy = policy_from_dict(document)
     effective = policy_at(policy, at)
-    until = next_change(policy, at)
+    until = _next_switch(policy, at, effective.window)
     data = policy_to_dict(effective)
     del data["windows"]
     data["in_force"] = {
@@ -57,6 +58,25 @@ def policy_in_force(document: dict[str, Any], at: float) -> dict[str, Any]:
         "until": _iso(until) if until is not None else None,
     }
     return data
+
+
+def _next_switch(policy: Policy, at: float, window: str | None) -> float | None:
+    """The first instant after `at` at which a window other than `window` is in force.
+
+    `next_change` also lists instants that change nothing (a zone's daylight-saving shift, a
+    window ending where the next begins); those are skipped. The schedule repeats weekly, so
+    a window still in force at every boundary of the next eight days is in force for good.
+    """
+    moment: float | None = at
+    while moment is not None and moment <= at + 8 * DAY_S:
+        moment = next_change(policy, moment)
+        if moment is not None and _name(active_window(policy, moment)) != window:
+            return moment
+    return None
+
+
+def _name(window: Window | None) -> str | None:
+    return window.name if window is not None else None
 
 
 def _iso(instant: float) -> str:

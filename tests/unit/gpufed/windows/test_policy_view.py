@@ -59,3 +59,19 @@ def test_a_number_no_calendar_can_name_is_refused_with_the_range(text: str) -> N
     # `gpufed policy show --at 1e20` used to end in an OverflowError traceback.
     with pytest.raises(ValueError, match="between the years 2 and 9998"):
         policy_in_force(POLICY, parse_instant(text, 0.0))
+
+
+def test_until_skips_a_daylight_saving_shift_that_changes_nothing() -> None:
+    # Sunday 2026-03-08 01:30 EST, half an hour before New York's clocks jump: the next change
+    # is Monday's 09:00 EDT, not the jump (it used to print 2026-03-08T07:00:00.000xxx+00:00).
+    shown = policy_in_force(POLICY, parse_instant("2026-03-08T01:30-05:00", 0.0))
+    assert shown["in_force"]["until"] == "2026-03-09T13:00:00+00:00"
+
+
+def test_a_window_in_force_all_week_is_in_force_until_further_notice() -> None:
+    always = policy_to_dict(
+        load_policy("windows: [{name: always, days: daily, start: '00:00', end: '24:00'}]")
+    )
+    shown = policy_in_force(always, parse_instant("2026-12-01T10:00", 0.0))
+    assert shown["in_force"]["window"] == "always"
+    assert shown["in_force"]["until"] is None
