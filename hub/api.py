@@ -47,7 +47,7 @@ from hub.idle import flagged_idle_s
 from hub.leases import SpokeStatus
 from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
-from hub.policyfile import PolicyDocument, policy_to_dict
+from hub.policyfile import PolicyDocument, describe_errors, policy_to_dict
 from hub.records import WorkloadRecord
 from hub.service import HubService
 from hub.serviceapi import add_service_routes
@@ -113,7 +113,11 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             why = (first.get("ctx") or {}).get("error", first.get("msg", ""))
             return _error(400, "invalid_json", f"body is not JSON: {why}")
         field, text = first_problem(exc.errors())
-        return _error(422, _invalid_code(request.url.path, first), text[:2000], field)
+        code = _invalid_code(request.url.path, first)
+        if code == "invalid_policy":  # every problem, named as `gpufed hub --policy` does
+            errors = [{**e, "loc": _in_body(e["loc"])} for e in exc.errors()]
+            text = describe_errors(errors, exc.body)
+        return _error(422, code, text[:2000], field)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -345,6 +349,11 @@ def _invalid_code(path: str, error: dict[str, Any]) -> str:
     if path.startswith(("/v1/workloads", "/v1/services")):
         return "invalid_workload"  # a workload's spec, or a service's (its replicas' spec)
     return "invalid_request"
+
+
+def _in_body(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A request validation error's place within the JSON body (FastAPI puts "body" first)."""
+    return loc[1:] if loc[:1] == ("body",) else loc
 
 
 def _error(

@@ -42,7 +42,7 @@ Anything wrong raises `PolicyError` naming the field, e.g.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -119,7 +119,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
     try:
         doc = _PolicyDoc.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(_describe(exc, data)) from exc
+        raise PolicyError(describe_errors(exc.errors(), data)) from exc
     if doc.version != FORMAT_VERSION:
         raise PolicyError(f"version: this hub reads policy version {FORMAT_VERSION}")
     default = doc.default_team
@@ -431,11 +431,12 @@ def _quotas_dict(quotas: Mapping[str, Quota]) -> dict[str, dict[str, float | Non
     return {model: {"guaranteed": q.guaranteed, "limit": q.limit} for model, q in quotas.items()}
 
 
-def _describe(exc: ValidationError, data: dict[str, Any]) -> str:
-    """Pydantic's errors as 'teams[vision].quotas[H100].guaranteed: message', joined."""
+def describe_errors(errors: Sequence[Mapping[str, Any]], data: Any) -> str:
+    """Pydantic's errors about policy `data` as 'teams[vision].quotas[H100].guaranteed:
+    message', joined: list items by their name, as the rest of the checks write them."""
     parts = []
-    for error in exc.errors():
-        loc = error["loc"]
+    for error in errors:
+        loc = tuple(error["loc"])
         path = ""
         for at, item in enumerate(loc):
             if item == "[key]":

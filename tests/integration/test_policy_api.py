@@ -50,6 +50,28 @@ async def test_invalid_policy_is_refused_and_the_old_one_stays(fed: InProcessFed
     assert [t["name"] for t in current["teams"]] == ["vision", "nlp", "tiny"]
 
 
+async def test_a_refusal_names_every_bad_field_by_team_and_model(
+    fed: InProcessFederation,
+) -> None:
+    # `gpufed policy set` goes through the API: it used to answer with the first problem only,
+    # by list index ("teams.0.quotas.H100.guaranted: ... (and 1 more problem)"), unlike the
+    # names docs/policy.md shows and `gpufed hub --policy` prints.
+    await fed.start_hub()
+    bad = {
+        "teams": [
+            {"name": "vision", "quotas": {"H100": {"guaranted": 4}}},
+            {"name": "nlp", "quotas": {"A100": {"guaranteed": -1}}},
+        ],
+    }
+    response = await put_policy(fed, bad)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_policy"
+    assert response.json()["message"] == (
+        "teams[vision].quotas[H100].guaranted: Extra inputs are not permitted; "
+        "teams[nlp].quotas[A100].guaranteed: Input should be greater than or equal to 0"
+    )
+
+
 async def test_policy_survives_a_hub_restart(fed: InProcessFederation) -> None:
     await fed.start_hub()
     assert (await put_policy(fed, POLICY)).status_code == 200
