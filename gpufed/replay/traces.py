@@ -210,7 +210,7 @@ def alibaba_pods(path: Path) -> Iterator[tuple[int, Pod]]:
 
 def _rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        handle = path.open(newline="", encoding="utf-8-sig")  # a BOM: saved by Excel
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
     with handle:

@@ -122,3 +122,11 @@ def test_alibaba_pods_skip_cpu_only_and_read_fractions(tmp_path: Path) -> None:
         ("be", None, 8.0, 20.0),
     ]
     assert jobs[1].gpu_models == ("V100M16",)
+
+
+def test_csv_saved_by_excel_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    # Excel's "CSV UTF-8" starts with a BOM; it used to read as a header without submit_time.
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfsubmit_time,duration,num_gpus,team\r\n0,100,2,vision\r\n")
+    (job,) = load_trace(path, "csv")
+    assert (job.submit, job.duration, job.gpus, job.team) == (0.0, 100.0, 2, "vision")
