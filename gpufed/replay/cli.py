@@ -229,6 +229,7 @@ def _from_hub(args: argparse.Namespace) -> int:
         )
         report = build_report(run_replay(jobs, setup, progress=_progress(args, name)), trace)
         paths.append(write_report(report, args.out / name.replace("_", "-")))
+        _never_started(report, f"{name}: ")
         side[name] = report
     keys = (*_KEYS, "p99_wait_s", "avg_bounded_slowdown")
     print(json.dumps({"jobs": len(jobs), "skipped": dict(history.skipped)}))
@@ -368,3 +369,19 @@ def _summary(report: dict[str, Any], paths: list[Path]) -> None:
     print(json.dumps({k: report[k] for k in _KEYS}))
     for path in paths:
         print(path)
+    _never_started(report)
+
+
+def _never_started(report: dict[str, Any], label: str = "") -> None:
+    """Say on stderr which jobs never ran: the averages printed leave them out."""
+    jobs = report["jobs"]
+    if not jobs["never_started"]:
+        return
+    why = ", ".join(
+        f"{n} {reason}" for reason, n in sorted(jobs["never_started_by_reason"].items())
+    )
+    print(
+        f"gpufed replay: {label}{jobs['never_started']} of {jobs['total']} jobs never started "
+        f"({why}), left out of the averages; report.json has them by team",
+        file=sys.stderr,
+    )

@@ -104,6 +104,18 @@ def test_bad_trace_row_is_reported_with_line_and_column(tmp_path: Path) -> None:
     assert not (tmp_path / "report.json").exists()
 
 
+def test_jobs_that_never_start_are_named_beside_the_averages(tmp_path: Path) -> None:
+    # A 64-GPU job on a fleet of 2-node spokes never runs; the printed averages cover only the
+    # other job, which used to be all a user saw (exit 0, nothing said).
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("submit_time,duration,num_gpus,team\n0,100,64,vision\n0,50,1,nlp\n")
+    args = ["--trace", str(trace), "--format", "csv", "--out", str(tmp_path / "out")]
+    done = replay(tmp_path, *args, "--no-plots", "--quiet", "--no-fairness")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["avg_jct_s"] == 50.0
+    assert "1 of 2 jobs never started (1 shape_never_fits)" in done.stderr
+
+
 def test_real_philly_sample_loads_every_job() -> None:
     from gpufed.replay.traces import load_trace
 
