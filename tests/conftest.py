@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from gpufed import logs
 
@@ -16,6 +18,17 @@ os.environ["GPUFED_LOG_CACHE"] = "0"
 logs.configure(sys.stderr, json=False, level="warning")
 
 _TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _logs_as_configured_here() -> Iterator[None]:
+    """Each test starts with the set-up above: a test that runs `gpufed hub` in-process points
+    structlog at its captured stderr, which pytest closes when the test ends (the next test to
+    log then failed with "I/O operation on closed file")."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
+
 
 #: A test is marked after every folder it sits in: `pytest -m faults` and the like select by
 #: where a test lives, and no file has to remember to mark itself.
