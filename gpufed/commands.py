@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gpufed.client import ApiError, HubClient
+from gpufed.policy_check import unknown_models
 from gpufed.policy_view import parse_instant, policy_in_force
 from gpufed.session_cmd import age
 from gpufed.yamlfile import read_mapping
@@ -288,6 +289,9 @@ def _policy(args: argparse.Namespace) -> int:
         return 1
     result = args.client.set_policy(document)
     print(f"policy in force: {len(result.get('teams', []))} teams")
+    fleet = {model for spoke in args.client.spokes() for model in spoke.get("gpus", {})}
+    for line in unknown_models(result, fleet):
+        print(f"gpufed policy set: warning: {line}", file=sys.stderr)
     return 0
 
 

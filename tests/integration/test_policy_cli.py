@@ -1,0 +1,43 @@
+"""`gpufed policy set` against a real hub and spoke: a quota for a model no spoke has (a case
+slip) is set as written, and the command says so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufed.cli import main
+from gpufed.up import Federation, SimSpoke
+
+
+@pytest.fixture
+def fed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Federation]:
+    federation = Federation(tmp_path / ".gpufed", 0, fleet=(SimSpoke("eu-1", "eu", 1, 8, "H100"),))
+    federation.start(timeout_s=60)
+    monkeypatch.chdir(tmp_path)  # the CLI finds `gpufed up`'s admin token beside it
+    monkeypatch.setenv("GPUFED_API", federation.api_url)
+    for name in ("GPUFED_TOKEN", "GPUFED_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        yield federation
+    finally:
+        federation.stop()
+
+
+def test_a_quota_for_a_model_no_spoke_has_is_set_and_warned_of(
+    fed: Federation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("teams:\n  - name: vision\n    quotas:\n      h100: {guaranteed: 4}\n")
+    assert main(["policy", "set", str(policy)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "policy in force: 1 teams\n"
+    assert err == (
+        "gpufed policy set: warning: no spoke has GPU model h100 now (quotas of team vision); "
+        "did you mean H100?\n"
+    )
+    policy.write_text("teams:\n  - name: vision\n    quotas:\n      H100: {guaranteed: 4}\n")
+    assert main(["policy", "set", str(policy)]) == 0
+    assert capsys.readouterr().err == ""

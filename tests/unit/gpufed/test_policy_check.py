@@ -1,0 +1,30 @@
+"""`gpufed policy set` warns of quotas for GPU models no spoke has (a lower-case `h100` gives a
+team no H100 guarantee at all), naming where each is used and what it likely meant."""
+
+from __future__ import annotations
+
+from gpufed.policy_check import unknown_models
+
+POLICY = {
+    "departments": [{"name": "research", "quotas": {"H100": {"guaranteed": 8}}}],
+    "teams": [
+        {"name": "vision", "quotas": {"h100": {"guaranteed": 16}, "*": {"limit": 4}}},
+        {"name": "nlp", "quotas": {"B200": {"guaranteed": 8}, "A100": {}}},
+    ],
+    "default_team": {"quotas": {"A10O": {"limit": 2}}},
+    "windows": [{"name": "night", "teams": {"nlp": {"quotas": {"a100": {"guaranteed": 4}}}}}],
+}
+
+
+def test_each_model_no_spoke_has_is_named_with_its_users_and_nearest_model() -> None:
+    assert unknown_models(POLICY, {"H100", "A100", "L4"}) == [
+        "no spoke has GPU model A10O now (quotas of the default team); did you mean A100?",
+        "no spoke has GPU model B200 now (quotas of team nlp)",
+        "no spoke has GPU model a100 now (quotas of team nlp in window night); did you mean A100?",
+        "no spoke has GPU model h100 now (quotas of team vision); did you mean H100?",
+    ]
+
+
+def test_nothing_to_say_when_every_model_is_there_or_no_spoke_has_reported() -> None:
+    assert unknown_models(POLICY, {"H100", "h100", "A100", "a100", "B200", "A10O"}) == []
+    assert unknown_models(POLICY, set()) == []
