@@ -93,6 +93,7 @@ from hub.idlepolicy import (
 )
 from hub.policyclock import DAYS, ClockTime, DayName, clock, day_list, seconds
 from schemas.common import DNS_LABEL_PATTERN
+from schemas.errors import problem_sentence
 
 FORMAT_VERSION = 1
 
@@ -447,7 +448,7 @@ def describe_errors(errors: Sequence[Mapping[str, Any]], data: Any) -> str:
                 path += f"[{item}]"
             else:
                 path += f".{item}" if path else str(item)
-        parts.append(f"{path or 'policy'}: {error['msg']}")
+        parts.append(f"{path or 'policy'}: {problem_sentence(error)}")
     return "; ".join(parts)
 
 

@@ -73,7 +73,7 @@ def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]
     if loc and loc[0] in _REQUEST_PARTS:
         loc = loc[1:]
     field = ".".join(loc) or None
-    message = _sentence(first)
+    message = problem_sentence(first)
     text = f"{field}: {message}" if field else message
     more = len(errors) - 1
     if more:
@@ -81,7 +81,8 @@ def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]
     return field, text
 
 
-def _sentence(problem: Mapping[str, Any]) -> str:
+def problem_sentence(problem: Mapping[str, Any]) -> str:
+    """One pydantic problem in words: a broken naming rule says the rule, not its pattern."""
     if problem.get("type") == "string_pattern_mismatch":
         meaning = PATTERN_MEANINGS.get((problem.get("ctx") or {}).get("pattern", ""))
         if meaning is not None:

@@ -101,7 +101,11 @@ def test_consolidation_is_off_unless_the_policy_turns_it_on() -> None:
             "teams: [{name: a, weight: 0}]",
             "teams[a].weight: Input should be greater than or equal to 0.001",
         ),
-        ("teams: [{name: Bad_Name}]", "teams[Bad_Name].name: String should match pattern"),
+        (
+            "teams: [{name: Bad_Name}]",
+            "teams[Bad_Name].name: must be lower-case letters, digits and '-', starting and "
+            "ending with a letter or digit (not 'Bad_Name')",
+        ),
         (
             "departments: [{name: d, quotas: {H100: {guaranteed: 8}}}]\n"
             "teams: [{name: a, department: d, quotas: {H100: {guaranteed: 12}}}]",
