@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -64,6 +65,7 @@ class EmbeddedNats:
         leaf_port: int | None = None,
         leaf_remote: str | None = None,
         trace: bool = False,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         """`domain`: its JetStream domain; `leaf_port`: listen for leaf nodes there (a hub);
         `leaf_remote`: dial that hub as a leaf node (a region), retrying every second; `trace`:
@@ -77,6 +79,7 @@ class EmbeddedNats:
         self.leaf_port = leaf_port
         self.leaf_remote = leaf_remote
         self.trace = trace
+        self.preexec = preexec  # run in the child before exec (`processes.ends_with_us`)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -109,7 +112,9 @@ class EmbeddedNats:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.log_file, "ab")  # noqa: SIM115
         cmd = [str(find_binary()), "-c", str(self._write_config())]
-        self._proc = subprocess.Popen(cmd, stdout=log_file, stderr=log_file)
+        self._proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=log_file, preexec_fn=self.preexec
+        )
         log_file.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -6,8 +6,15 @@ so that none is left running and none is stopped by name.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import subprocess
+import sys
+from collections.abc import Callable
+
+#: prctl(2) option: the signal this process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
 def stop_process(
@@ -37,3 +44,24 @@ def _reap(proc: subprocess.Popen[bytes], grace_s: float) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+def ends_with_us() -> Callable[[], None] | None:
+    """A `preexec_fn` for Popen: the child gets SIGTERM when this process dies, even by
+    SIGKILL, so nothing we start outlives us (Linux's PR_SET_PDEATHSIG; None elsewhere).
+
+    The kernel ties it to the *thread* that starts the child: use it from a thread that lives
+    as long as the process (the main thread). prctl is looked up here, in the parent; the
+    child only calls it, and ends at once if we died before it could.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent, sigterm = os.getpid(), int(signal.SIGTERM)
+
+    def tie() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sigterm)
+
+    return tie

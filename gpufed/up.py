@@ -27,7 +27,7 @@ from bus.client import BusSettings
 from bus.jwt import Permissions
 from bus.natsserver import EmbeddedNats
 from bus.ports import claim_port, free_port
-from bus.processes import stop_process, stop_processes
+from bus.processes import ends_with_us, stop_process, stop_processes
 from bus.tls import TlsFiles, ensure_local_ca
 from gpufed.backoff import Backoff, crashes_in_a_row, restart_delay
 from gpufed.client import ApiError, HubClient
@@ -87,7 +87,10 @@ class Federation:
         backoff: Backoff = RESTART_BACKOFF,
         tls: bool = False,
         policy: dict[str, object] | None = None,
+        tied: bool = False,
     ) -> None:
+        """`tied`: every piece gets SIGTERM when this process dies, even by SIGKILL (what
+        `gpufed up` wants; start and supervise from the main thread then)."""
         self.data_dir = data_dir.resolve()
         self.fleet = fleet
         self.hub_args = hub_args
@@ -112,7 +115,10 @@ class Federation:
         if store_url is not None:
             write_secret(self.store_url_file, store_url + "\n")
         self.tls: TlsFiles | None = ensure_local_ca(self.secrets_dir / "tls") if tls else None
-        self.nats = EmbeddedNats(self.data_dir / "nats", authority=self.authority, tls=self.tls)
+        self._preexec = ends_with_us() if tied else None
+        self.nats = EmbeddedNats(
+            self.data_dir / "nats", authority=self.authority, tls=self.tls, preexec=self._preexec
+        )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order
         self.backoff = backoff
@@ -374,6 +380,7 @@ class Federation:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=self._preexec,
             )
             log.close()
             self.procs[name] = proc

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bus.ports import free_port
+from bus.processes import ends_with_us
 from gpufed.dirlock import LOCK_NAME, FolderBusy, FolderLock
 from gpufed.up import DEMO_BURST, Federation
 
@@ -91,10 +92,14 @@ def _run_up(data_dir: Path, api_port: int, demo: bool, tls: bool, hubs: int) -> 
             root = data_dir.resolve() / "postgres"
             root.mkdir(parents=True, exist_ok=True)
             print(f"gpufed: starting PostgreSQL for {hubs} hub replicas (in {root})")
-            postgres = embedded(root, durable=True)  # kept between runs: fsync stays on
+            # Kept between runs: fsync stays on. Tied to this process, as every piece is:
+            # if it is killed, even by SIGKILL, nothing it started runs on.
+            postgres = embedded(root, durable=True, preexec=ends_with_us())
             postgres.start()
             store_url = postgres.url(postgres.ensure_database(UP_DATABASE))
-        fed = Federation(data_dir, api_port, burst_args=timings, tls=tls, store_url=store_url)
+        fed = Federation(
+            data_dir, api_port, burst_args=timings, tls=tls, store_url=store_url, tied=True
+        )
         pieces = "the hub" if hubs == 1 else f"{hubs} hubs"
         print(
             f"gpufed: starting NATS, {pieces} and {len(fed.fleet)} spokes (logs in {fed.log_dir})"

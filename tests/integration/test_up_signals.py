@@ -1,6 +1,7 @@
 """`gpufed up` stopped by a signal other than Ctrl-C (a service manager's SIGTERM, a closed
 terminal's SIGHUP) stops every process it started, as Ctrl-C does: its pieces and the
-workloads they run, which live in sessions of their own.
+workloads they run, which live in sessions of their own. Killed outright (SIGKILL, the OOM
+killer), it leaves nothing running either, and the next `gpufed up` in its folder starts.
 
 The federation's processes are found by its data dir, which every piece names in its argv and
 every workload in its environment (its spoke's state folder): a listing of `gpufed up`'s
@@ -33,25 +34,9 @@ PIECES = ("nats-server", " hub ", "--id eu-1", "--id eu-2", "--id us-1", " burst
 def test_a_signal_stops_gpufed_up_and_everything_it_started(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     data, port = tmp_path / "data", free_port()
-    up = subprocess.Popen(
-        [sys.executable, "-m", "gpufed", "up", "--data-dir", str(data), "--api-port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-    )
+    up = _start_up(data, port)
     try:
-        assert up.stdout is not None
-        seen = []
-        for line in up.stdout:
-            seen.append(line)
-            if READY in line:
-                break
-        else:
-            pytest.fail(f"gpufed up ended before it was ready: {''.join(seen)}")
         token = (data / "admin.token").read_text().strip()
         client = HubClient(f"http://127.0.0.1:{port}", token=token)
         try:
@@ -77,6 +62,50 @@ def test_a_signal_stops_gpufed_up_and_everything_it_started(
         for process in _processes(data):  # only if the test failed: nothing outlives it
             with contextlib.suppress(psutil.Error):
                 process.kill()
+
+
+def test_gpufed_up_killed_outright_leaves_nothing_running_and_starts_again(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    up = _start_up(data, free_port())
+    try:
+        wait_until_sync(
+            lambda: all(p in _command_lines(data) for p in PIECES[:-1]), 60, "every piece running"
+        )
+        up.kill()  # no handler runs: each piece hears of it from the kernel
+        up.communicate()
+        _, alive = psutil.wait_procs(_processes(data), timeout=30)
+        assert alive == [], _command_lines(data)
+        again = _start_up(data, free_port())  # no piece of the first holds its folder
+        again.send_signal(signal.SIGTERM)
+        rest, _ = again.communicate(timeout=120)
+        assert again.returncode == 0, rest
+    finally:
+        for process in _processes(data):  # only if the test failed: nothing outlives it
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _start_up(data: Path, port: int) -> subprocess.Popen[str]:
+    """`gpufed up` in `data`, once it printed that all its pieces are up."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "gpufed", "up", "--data-dir", str(data), "--api-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    assert up.stdout is not None
+    seen = []
+    for line in up.stdout:
+        seen.append(line)
+        if READY in line:
+            return up
+    up.wait()
+    pytest.fail(f"gpufed up ended before it was ready: {''.join(seen)}")
 
 
 def _processes(root: Path) -> list[psutil.Process]:
