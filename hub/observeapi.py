@@ -72,11 +72,11 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
 
     @app.get("/v1/usage/series")
     async def usage_over_time(who: Caller, since: float | None = None, step: float = 60.0) -> Any:
-        usage_scope(who)
+        teams = usage_scope(who)
         now = hub.clock()
         start = now - 3600 if since is None else since
         step = max(step, (now - start) / 500, 1.0)  # at most 500 points
-        return await hub.usage_series(start, step)
+        return await hub.usage_series(start, step, teams=teams)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

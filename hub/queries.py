@@ -143,11 +143,14 @@ class HubView:
         report = usage_report(records, self.spokes, bills, now, since=since, until=until, by=by)
         return {**report, "kept_since": removable_before(now, self.state.settings.keep_ended_s)}
 
-    async def usage_series(self, since: float, step: float) -> dict[str, Any]:
-        """GPUs in use and cost per team in buckets of `step` seconds since `since`."""
+    async def usage_series(
+        self, since: float, step: float, teams: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """GPUs in use and cost per team in buckets of `step` seconds since `since`; of `teams`
+        only when given."""
         now = self.clock()
-        records = await self.state.db(self.store.used_between, since, now)
-        bills = await self.state.db(self.store.bills, since, now)
+        records = await self.state.db(self.store.used_between, since, now, teams)
+        bills = await self.state.db(self.store.bills, since, now, teams)
         return usage_series(records, bills, now, since=since, step=step)
 
     def teams(self) -> list[dict[str, Any]]:

@@ -101,3 +101,35 @@ async def test_spend_survives_a_restart_and_caps_the_team(
     finally:
         await sub.unsubscribe()
         await bus.close()
+
+
+async def test_a_team_admin_sees_only_their_teams_usage_over_time(
+    fed: InProcessFederation,
+) -> None:
+    """`/v1/usage/series` (the console's charts) is scoped like `/v1/usage`: a team-admin of
+    vision never sees what nlp's instances cost."""
+    await fed.start_hub()
+    bus = Bus(fed.tool_settings())
+    await bus.connect()
+    try:
+        start = time.time() - 60
+        for team in ("vision", "nlp"):
+            event = InstanceEvent.model_validate_json(launched(start))
+            event = event.model_copy(update={"burst_id": f"burst-{team}-1", "team": team})
+            await bus.publish_durable(
+                BURST_INSTANCES, event.model_dump_json().encode(), f"launch-{team}"
+            )
+        await wait_until(lambda: fed.hub is not None and len(fed.hub.bills) == 2, 10, "both bills")
+        since = {"since": start - 60}
+        assert fed.api is not None
+        everything = (await fed.api.get("/v1/usage/series", params=since)).json()
+        assert set(everything["cost"]) == {"vision", "nlp"}
+        tess = fed.client(await fed.token("tess", "team-admin", "vision"))
+        try:
+            answer = await tess.get("/v1/usage/series", params=since)
+        finally:
+            await tess.aclose()
+        assert answer.status_code == 200
+        assert set(answer.json()["cost"]) == {"vision"}
+    finally:
+        await bus.close()
