@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hub.apideps import ApiSecurity, Caller
+from hub.apideps import ApiSecurity, Caller, Instant
 from hub.apimodels import (
     AuditOut,
     ErrorOut,
@@ -272,7 +272,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         who: Caller,
         team: Annotated[str | None, Query(max_length=63)] = None,
         action: Annotated[str | None, Query(max_length=64)] = None,
-        since: Annotated[float, Query(ge=0, le=1e11, allow_inf_nan=False)] = 0.0,
+        since: Instant = 0.0,
         limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_LIMIT)] = 100,
     ) -> list[AuditOut]:
         teams = permitted_teams(who, Action.AUDIT)

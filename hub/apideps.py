@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from starlette.requests import HTTPConnection
 
 from hub.audit import Auditor
@@ -52,3 +52,6 @@ async def current_principal(
 
 Caller = Annotated[Principal, Depends(current_principal)]
 Security = Annotated[ApiSecurity, Depends(security)]
+#: A time in a query (`since=`, `until=`): unix seconds, finite and not before 1970, so a
+#: `nan` or `-inf` is a 422 naming it rather than a window that counts nonsense.
+Instant = Annotated[float, Query(ge=0, le=1e11, allow_inf_nan=False)]

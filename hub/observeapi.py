@@ -6,12 +6,13 @@ them to the same app.
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.responses import Response
 
-from hub.apideps import ApiSecurity, Caller
+from hub.apideps import ApiSecurity, Caller, Instant
 from hub.core.access import Action, Principal, allowed, permitted_teams
 from hub.errors import Forbidden, InvalidWorkload, NotFound
 from hub.logs import fetch_log
@@ -55,9 +56,14 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
 
     @app.get("/v1/usage")
     async def usage(
-        who: Caller, since: float = 0.0, until: float | None = None, by: str = "team"
+        who: Caller, since: Instant = 0.0, until: Instant | None = None, by: str = "team"
     ) -> Any:
         teams = usage_scope(who)
+        if until is not None and until < since:
+            raise InvalidWorkload(
+                f"until ({_utc(until)}) is before since ({_utc(since)}): an empty window",
+                field="until",
+            )
         try:
             group = GroupBy(by)
         except ValueError:
@@ -71,7 +77,11 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
         return data
 
     @app.get("/v1/usage/series")
-    async def usage_over_time(who: Caller, since: float | None = None, step: float = 60.0) -> Any:
+    async def usage_over_time(
+        who: Caller,
+        since: Instant | None = None,
+        step: Annotated[float, Query(gt=0, allow_inf_nan=False)] = 60.0,
+    ) -> Any:
         teams = usage_scope(who)
         now = hub.clock()
         start = now - 3600 if since is None else since
@@ -86,3 +96,7 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
     async def teams(who: Caller) -> Any:
         visible = permitted_teams(who, Action.READ)
         return [t for t in hub.teams() if visible is None or t.get("team") in visible]
+
+
+def _utc(instant: float) -> str:
+    return f"{datetime.fromtimestamp(instant, UTC):%Y-%m-%d %H:%M:%S} UTC"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from bus.client import Bus
+from gpufed.cli import main
 from schemas import Phase, SubmitReply, subjects
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
@@ -183,3 +185,38 @@ async def test_a_name_that_breaks_the_rules_is_refused_in_words_not_a_pattern(
     assert response.status_code == 422 and response.json()["message"] == message
     batch = await fed.api.post("/v1/workloads:batch", json=[{**GOOD, **change}])
     assert batch.json()["results"][0]["error"]["message"] == message
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "field"),
+    [
+        ("/v1/usage", {"since": "nan"}, "since"),
+        ("/v1/usage", {"until": "inf"}, "until"),
+        ("/v1/usage", {"since": "2000", "until": "1000"}, "until"),
+        ("/v1/usage/series", {"since": "nan"}, "since"),
+        ("/v1/usage/series", {"since": "-1e300"}, "since"),
+        ("/v1/usage/series", {"step": "nan"}, "step"),
+    ],
+)
+async def test_a_usage_window_that_means_nothing_is_refused_naming_the_field(
+    fed: InProcessFederation, path: str, params: dict[str, str], field: str
+) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    response = await fed.api.get(path, params=params)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+
+
+async def test_gpufed_usage_says_when_until_comes_before_since(
+    fed: InProcessFederation, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await fed.start_hub()
+    async with fed.serve() as url:  # `gpufed usage` as a user types it
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["usage", "--since", "1h", "--until", "2h"])
+    captured = capsys.readouterr()
+    assert code == 1 and "TOTAL" not in captured.out  # no table of zeros
+    assert "is before since" in captured.err
