@@ -38,7 +38,7 @@ from burst.fleet import InstanceRecord, cloud_fleet, still_listed
 from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
 from bus.client import Bus
-from bus.tasks import pause, supervise
+from bus.tasks import pause, supervise, unless_stopped
 from schemas import subjects
 from schemas.burst import (
     BURST_DEMAND,
@@ -92,8 +92,12 @@ class BurstController:
         self._last_skips: tuple[tuple[str, str, int], ...] = ()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Connect, load the hub's record of the fleet, reconcile it, then plan every tick."""
-        await self.bus.connect()
+        """Connect, load the hub's record of the fleet, reconcile it, then plan every tick.
+
+        Returns at once when `stop` is set while NATS is still unreachable."""
+        if not await unless_stopped(self.bus.connect(), stop):
+            log.info("burst_stopped", connected=False)
+            return
         subs = []
         try:
             try:

@@ -21,6 +21,8 @@ import structlog
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+#: How long `unless_stopped` gives a cancelled step before it cancels it again.
+_RECANCEL_S = 0.5
 
 
 def supervise(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
@@ -47,3 +49,31 @@ async def pause(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await stop.wait()
+
+
+async def unless_stopped(coro: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
+    """Run `coro` until it ends or `stop` is set, whichever comes first; True if it ended
+    (its exception, if any, is raised), False if `stop` cut it short (it is cancelled).
+
+    For steps that retry for ever, such as a first connect to a NATS server that is not
+    there: a daemon told to stop meanwhile exits instead of waiting for it."""
+    task = asyncio.create_task(coro)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()  # the caller itself was cancelled: take the step along
+        raise
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    # Cancelled again until it ends: nats-py's connect retry loop can swallow a cancellation
+    # (asyncio.wait_for turns one that meets its timeout into a TimeoutError it retries on).
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=_RECANCEL_S)
+    with contextlib.suppress(asyncio.CancelledError):
+        task.result()
+    return False

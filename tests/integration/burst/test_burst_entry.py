@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,3 +80,29 @@ def test_bad_values_are_refused() -> None:
         assert main(["--provider", "aws"]) == 1  # no --aws-image-id: a message, no traceback
     finally:
         logs.configure(sys.stderr, json=False, level="warning")  # as tests/conftest.py does
+
+
+def test_sigterm_stops_gpufed_burst_while_nats_is_unreachable(tmp_path: Path) -> None:
+    """A controller started before its NATS server (or cut off from it) retries the connect;
+    told to stop meanwhile, it exits rather than retrying for ever (until SIGKILL)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(30)  # a guard: the controller dials within moments
+        port = server.getsockname()[1]
+        url, state = f"nats://127.0.0.1:{port}", str(tmp_path / "burst")
+        burst = subprocess.Popen(
+            [sys.executable, "-m", "gpufed", "burst", "--nats-url", url, "--state-dir", state],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            conn, _ = server.accept()  # its first connect attempt: not a NATS server
+            conn.close()
+            burst.send_signal(signal.SIGTERM)
+            assert burst.wait(timeout=30) == 0
+        finally:
+            if burst.poll() is None:
+                burst.kill()
+                burst.wait()
