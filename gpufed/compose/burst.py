@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from burst.catalog import Catalog, load_catalog
+from burst.errors import CatalogError
 from burst.ports import Provisioner
 from burst.service import BurstController
 from burst.settings import BurstSettings
@@ -28,6 +29,7 @@ def build_burst(
     """
     if catalog is None:
         catalog = load_catalog(settings.catalog)
+    _check_regions(settings, catalog)
     if provider is None:
         provider = build_provider(settings, catalog)
     bus = Bus(
@@ -64,6 +66,27 @@ async def serve_burst(controller: BurstController, stop: asyncio.Event | None = 
     await asyncio.gather(
         controller.run(stop),
         serve_metrics(metrics.registry, settings.metrics_host, settings.metrics_port, stop),
+    )
+
+
+def _check_regions(settings: BurstSettings, catalog: Catalog) -> None:
+    """Refuse a controller that could never launch: no catalog price in any region it may use
+    (an --aws-region or --region the catalog does not list would otherwise skip every demand
+    as `no_offer`, found only in its log)."""
+    regions = settings.policy().regions
+    offered = {offer.region for offer in catalog.offers()}
+    if regions is None or regions & offered:
+        return
+    if not regions:
+        raise CatalogError(
+            f"--region leaves out --aws-region {settings.aws_region}, the one region the aws "
+            "provider launches in: burst could launch nothing"
+        )
+    source = settings.catalog or "the default catalog"
+    raise CatalogError(
+        f"burst may launch in {', '.join(sorted(regions))}, where {source} prices no instance "
+        f"type (it prices {', '.join(sorted(offered)) or 'none'}): add the region to a "
+        "--catalog file or choose one it prices"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import socket
 import subprocess
@@ -13,8 +14,10 @@ import pytest
 from pydantic import ValidationError
 
 from burst.core.model import MarketPreference, TeamBudget
+from burst.errors import CatalogError
 from gpufed import logs
 from gpufed.burst_entry import add_burst_parser, main, settings_from_args
+from gpufed.compose.burst import build_burst
 
 
 def parse(*flags: str) -> argparse.Namespace:
@@ -106,3 +109,23 @@ def test_sigterm_stops_gpufed_burst_while_nats_is_unreachable(tmp_path: Path) ->
             if burst.poll() is None:
                 burst.kill()
                 burst.wait()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--aws-region", "ap-south-1"), "burst may launch in ap-south-1, where the default"),
+        (("--aws-region", "eu-west-1", "--region", "us-east-1"), "--region leaves out"),
+    ],
+)
+def test_a_controller_that_could_never_launch_is_refused_at_start(
+    flags: tuple[str, ...], message: str
+) -> None:
+    """The default catalog prices us-east-1, us-west-2 and eu-west-1: an AWS controller in
+    another region would skip every demand as `no_offer`, seen only in its log."""
+    settings = settings_from_args(parse("--provider", "aws", "--aws-image-id", "ami-1", *flags))
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        build_burst(settings)
+    local = settings_from_args(parse("--region", "eu"))  # the local provider, same catalog
+    with pytest.raises(CatalogError, match="burst may launch in eu, where"):
+        build_burst(local)
