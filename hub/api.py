@@ -33,6 +33,7 @@ from hub.errors import (
     Forbidden,
     HubError,
     InvalidPolicy,
+    InvalidRequest,
     InvalidWorkload,
     NotFound,
     NotLeader,
@@ -60,6 +61,7 @@ log = structlog.get_logger(__name__)
 
 _STATUS = {
     InvalidWorkload: 422,
+    InvalidRequest: 422,
     InvalidPolicy: 422,
     NotFound: 404,
     Conflict: 409,
@@ -315,7 +317,7 @@ def _phases(phase: str | None) -> list[Phase]:
             phases.append(Phase(name))
         except ValueError:
             known = ", ".join(p.value for p in Phase)
-            raise InvalidWorkload(
+            raise InvalidRequest(
                 f"unknown phase {name[:64]!r} (known: {known})", field="phase"
             ) from None
     return phases

@@ -15,6 +15,13 @@ class InvalidWorkload(HubError):
     code = "invalid_workload"
 
 
+class InvalidRequest(HubError):
+    """A request that is wrong other than in a workload's or the policy's body: a query
+    parameter, a token to mint, a time window."""
+
+    code = "invalid_request"
+
+
 class NotFound(HubError):
     code = "not_found"
 

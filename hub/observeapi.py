@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from hub.apideps import ApiSecurity, Caller, Instant
 from hub.core.access import Action, Principal, allowed, permitted_teams
-from hub.errors import Forbidden, InvalidWorkload, NotFound
+from hub.errors import Forbidden, InvalidRequest, NotFound
 from hub.logs import fetch_log
 from hub.metrics import CONTENT_TYPE
 from hub.service import HubService
@@ -45,9 +45,9 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
                 f"{who.user} may not read the logs of team {record.spec.team}", field="team"
             )
         if not 1 <= max_bytes <= MAX_LOG_BYTES:
-            raise InvalidWorkload(f"max_bytes must be 1..{MAX_LOG_BYTES}", field="max_bytes")
+            raise InvalidRequest(f"max_bytes must be 1..{MAX_LOG_BYTES}", field="max_bytes")
         if offset is not None and offset < 0:
-            raise InvalidWorkload("offset must not be negative", field="offset")
+            raise InvalidRequest("offset must not be negative", field="offset")
         reply = await fetch_log(hub.bus, record, offset, max_bytes)
         if not reply.ok:
             raise NotFound(reply.error or f"no log of {workload_id}")
@@ -60,7 +60,7 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
     ) -> Any:
         teams = usage_scope(who)
         if until is not None and until < since:
-            raise InvalidWorkload(
+            raise InvalidRequest(
                 f"until ({_utc(until)}) is before since ({_utc(since)}): an empty window",
                 field="until",
             )
@@ -68,7 +68,7 @@ def add_observability_routes(app: FastAPI, hub: HubService, sec: ApiSecurity) ->
             group = GroupBy(by)
         except ValueError:
             known = ", ".join(g.value for g in GroupBy)
-            raise InvalidWorkload(f"unknown grouping {by!r} (known: {known})", field="by") from None
+            raise InvalidRequest(f"unknown grouping {by!r} (known: {known})", field="by") from None
         data = await hub.usage(since, until, group, teams=teams)
         if group == GroupBy.TEAM:
             spend = sec.month_spend()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hub.authstore import AuthStore, TokenRecord
 from hub.core.access import Principal, Role
-from hub.errors import InvalidWorkload, Unauthenticated
+from hub.errors import InvalidRequest, Unauthenticated
 from schemas.common import DNS_LABEL_PATTERN
 
 PREFIX = "gpufed_"
@@ -40,7 +40,7 @@ def mint_token(
 ) -> tuple[str, TokenRecord]:
     """Create and store a token; returns the secret token text (shown once) and its record.
 
-    `admin` takes no team; every other role needs one. Raises InvalidWorkload naming the field.
+    `admin` takes no team; every other role needs one. Raises InvalidRequest naming the field.
     """
     check_grant(user, role, team)
     token_id = secrets.token_hex(6)
@@ -60,17 +60,17 @@ def mint_token(
 
 
 def check_grant(user: str, role: Role, team: str | None) -> None:
-    """Raise InvalidWorkload when a user/role/team combination cannot be a token."""
+    """Raise InvalidRequest when a user/role/team combination cannot be a token."""
     if not user or len(user) > MAX_NAME or not user.isprintable():
-        raise InvalidWorkload(f"user: 1 to {MAX_NAME} printable characters", field="user")
+        raise InvalidRequest(f"user: 1 to {MAX_NAME} printable characters", field="user")
     if role is Role.ADMIN:
         if team is not None:
-            raise InvalidWorkload("an admin token is for every team: give no team", field="team")
+            raise InvalidRequest("an admin token is for every team: give no team", field="team")
         return
     if team is None:
-        raise InvalidWorkload(f"a {role.value} token needs a team", field="team")
+        raise InvalidRequest(f"a {role.value} token needs a team", field="team")
     if not re.match(DNS_LABEL_PATTERN, team):
-        raise InvalidWorkload(f"team: {team!r} is not a team name", field="team")
+        raise InvalidRequest(f"team: {team!r} is not a team name", field="team")
 
 
 def token_id_of(text: str) -> str | None:

@@ -157,6 +157,11 @@ async def test_a_bad_request_that_is_no_workload_is_not_called_one(
     listed = await fed.api.get("/v1/workloads", params={"limit": "many"})
     assert listed.status_code == 422
     assert (listed.json()["code"], listed.json()["field"]) == ("invalid_request", "limit")
+    phase = await fed.api.get("/v1/workloads", params={"phase": "sleeping"})
+    assert (phase.json()["code"], phase.json()["field"]) == ("invalid_request", "phase")
+    teamless = await fed.api.post("/v1/tokens", json={"user": "bob", "role": "member"})
+    assert teamless.status_code == 422
+    assert (teamless.json()["code"], teamless.json()["field"]) == ("invalid_request", "team")
     spec = await fed.api.post("/v1/workloads", json={**GOOD, "nodes": 0})
     assert (spec.json()["code"], spec.json()["field"]) == ("invalid_workload", "nodes")
 
@@ -205,7 +210,7 @@ async def test_a_usage_window_that_means_nothing_is_refused_naming_the_field(
     assert fed.api is not None
     response = await fed.api.get(path, params=params)
     assert response.status_code == 422, response.text
-    assert response.json()["field"] == field
+    assert (response.json()["code"], response.json()["field"]) == ("invalid_request", field)
 
 
 async def test_gpufed_usage_says_when_until_comes_before_since(
