@@ -20,7 +20,7 @@ import structlog
 import yaml
 
 from bus.client import Bus
-from bus.tasks import supervise
+from bus.tasks import supervise, unless_stopped
 from hub import reconcile as reconciliation
 from hub import transitions
 from hub.authstore import AuditEntry
@@ -131,7 +131,10 @@ class HubService(HubView):
         Raises NotLeader when the leadership is lost: the process exits and comes back as a
         standby.
         """
-        await self.bus.connect()
+        if not await unless_stopped(self.bus.connect(), stop):
+            self.leadership.close()  # told to stop before NATS answered once
+            log.info("hub_stopped", connected=False)
+            return
         reads = asyncio.create_task(self._serve_reads_while_standing_by(stop))
         term = await self.leadership.acquire(stop, self._next_term)
         reads.cancel()

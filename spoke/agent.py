@@ -13,15 +13,17 @@ import secrets
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import nats.errors
 import structlog
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from pydantic import ValidationError
 
 from bus.client import Bus
 from bus.natsclient import no_responders
-from bus.tasks import pause, supervise
+from bus.tasks import pause, supervise, unless_stopped
 from schemas import (
     Assignment,
     CancelCommand,
@@ -32,17 +34,15 @@ from schemas import (
     PlaceCommand,
     PreemptCommand,
     RunningRef,
-    RuntimeCapabilities,
     SyncReply,
     SyncRequest,
     WorkloadEvent,
-    mig_profile,
     parse_commands,
     subjects,
 )
 from schemas.common import clean_text
 from spoke.activity import ActivityMonitor
-from spoke.devices import check_assignments, node_capacity
+from spoke.devices import check_assignments, node_capacity, with_mig_profiles
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.fencing import Fence
 from spoke.interruption import InterruptionNotice, watch_interruption
@@ -135,22 +135,28 @@ class SpokeAgent:
             # owed to the hub from before a restart
             self._outbox.put_nowait((event.event_id, event.model_dump_json().encode()))
         await self._adopt()
-        await self.bus.connect()
-        log_sub = await self.bus.nc.subscribe(subjects.logs(self.settings.id), cb=self._on_log_msg)
-        self._lease_inbox = self.bus.nc.new_inbox()
-        await self.bus.nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
-        events = subjects.events(self.settings.id)
-        tasks = [
-            supervise(self._heartbeat_loop(stop), "spoke-heartbeat"),
-            supervise(publish_outbox(self.bus, self.journal, self._outbox, events), "spoke-outbox"),
-            supervise(self._fence_loop(stop), "spoke-fence"),
-            supervise(self.activity.run(stop), "spoke-activity"),
-        ]
-        if self.settings.interruption_imds_url:
-            url = self.settings.interruption_imds_url
-            watch = watch_interruption(self._drain, stop, base_url=url)
-            tasks.append(supervise(watch, "spoke-interruption"))
+        tasks: list[asyncio.Task[Any]] = []
+        log_sub: Subscription | None = None
         try:
+            if not await unless_stopped(self.bus.connect(), stop):
+                return  # told to stop before NATS answered: what it owes stays in the journal
+            log_sub = await self.bus.nc.subscribe(
+                subjects.logs(self.settings.id), cb=self._on_log_msg
+            )
+            self._lease_inbox = self.bus.nc.new_inbox()
+            await self.bus.nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
+            events = subjects.events(self.settings.id)
+            outbox = publish_outbox(self.bus, self.journal, self._outbox, events)
+            tasks = [
+                supervise(self._heartbeat_loop(stop), "spoke-heartbeat"),
+                supervise(outbox, "spoke-outbox"),
+                supervise(self._fence_loop(stop), "spoke-fence"),
+                supervise(self.activity.run(stop), "spoke-activity"),
+            ]
+            if self.settings.interruption_imds_url:
+                url = self.settings.interruption_imds_url
+                watch = watch_interruption(self._drain, stop, base_url=url)
+                tasks.append(supervise(watch, "spoke-interruption"))
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
             tasks.append(supervise(self._sync_loop(stop), "spoke-sync"))
             tasks.append(
@@ -178,16 +184,18 @@ class SpokeAgent:
                     ),
                     return_exceptions=True,
                 )
-            with contextlib.suppress(Exception):
-                await log_sub.unsubscribe()
+            if log_sub is not None:
+                with contextlib.suppress(Exception):
+                    await log_sub.unsubscribe()
             await self.runtime.close()
-            await drain(self._outbox, within_s=3.0)
+            if tasks:  # the outbox's publisher runs: let it deliver what is queued
+                await drain(self._outbox, within_s=3.0)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.bus.close()
             self.journal.close()
-            log.info("spoke_stopped", spoke=self.settings.id)
+            log.info("spoke_stopped", spoke=self.settings.id, connected=log_sub is not None)
 
     async def _on_log_msg(self, msg: Msg) -> None:
         await answer_log_request(msg, self.runtime, self.settings.id, self.counters)
@@ -230,15 +238,8 @@ class SpokeAgent:
             price_per_gpu_hour=self.settings.price_per_gpu_hour,
             applied_seq=self.journal.state.applied_seq,
             sent_at=self.clock(),
-            capabilities=self._capabilities(),
+            capabilities=with_mig_profiles(self.runtime.capabilities(), self._nodes),
         )
-
-    def _capabilities(self) -> RuntimeCapabilities:
-        caps = self.runtime.capabilities()
-        if not caps.mig:
-            return caps
-        profiles = sorted({p for n in self._nodes if (p := mig_profile(n)) is not None})
-        return caps.model_copy(update={"mig_profiles": tuple(profiles)})
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from schemas import Assignment, NodeCapacity, PlaceCommand
+from schemas import Assignment, NodeCapacity, PlaceCommand, RuntimeCapabilities, mig_profile
 from spoke.ports import NodeInventory
 
 _EPS = 1e-9
@@ -70,3 +70,11 @@ def node_capacity(node: NodeInventory, allocations: Allocations, draining: bool)
         labels=node.labels,
         schedulable=node.schedulable and not draining,
     )
+
+
+def with_mig_profiles(caps: RuntimeCapabilities, names: Iterable[str]) -> RuntimeCapabilities:
+    """The runtime's capabilities and, where it runs MIG, the profiles its nodes' names show."""
+    if not caps.mig:
+        return caps
+    profiles = sorted({p for name in names if (p := mig_profile(name)) is not None})
+    return caps.model_copy(update={"mig_profiles": tuple(profiles)})
