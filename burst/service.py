@@ -100,12 +100,9 @@ class BurstController:
             return
         subs = []
         try:
-            try:
-                await self.bus.wait_for_stream(BURST_STREAM, stop)
-            except Exception:
-                if stop.is_set():
-                    return
-                raise
+            await self.bus.wait_for_stream(BURST_STREAM, stop)
+            if stop.is_set():
+                return
             nc = self.bus.nc
             subs.append(await nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=self._on_capacity))
             subs.append(await nc.subscribe(BURST_DEMAND, cb=self._on_demand))  # kept, not acted on

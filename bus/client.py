@@ -30,6 +30,7 @@ from bus.durable import Durable, describe, publish_all
 from bus.pull import PULL_EXPIRES_S, Puller, open_puller
 from bus.streams import DUPLICATE_WINDOW_S as DUPLICATE_WINDOW_S
 from bus.streams import stream_configs
+from bus.tasks import pause
 from bus.tls import client_context
 from bus.urls import mask_url as mask_url
 from schemas import subjects
@@ -325,17 +326,17 @@ class Bus:
         log.info("stream_ready", stream=config.name)
 
     async def wait_for_stream(self, name: str, stop: asyncio.Event | None = None) -> None:
-        """Block until stream `name` exists (a spoke started before the hub waits here)."""
+        """Block until stream `name` exists (a spoke started before the hub waits here), or
+        until `stop` is set: the caller sees which."""
         delay = 0.1
-        while True:
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
             try:
                 await self.js.stream_info(name)
                 return
             except (TimeoutError, nats.js.errors.NotFoundError, nats.errors.TimeoutError):
-                if stop is not None and stop.is_set():
-                    raise
                 log.info("waiting_for_stream", stream=name)
-                await asyncio.sleep(delay)
+                await pause(stop, delay)
                 delay = min(delay * 2, 2.0)
 
     async def consume(

@@ -140,11 +140,10 @@ class SpokeAgent:
         try:
             if not await unless_stopped(self.bus.connect(), stop):
                 return  # told to stop before NATS answered: what it owes stays in the journal
-            log_sub = await self.bus.nc.subscribe(
-                subjects.logs(self.settings.id), cb=self._on_log_msg
-            )
-            self._lease_inbox = self.bus.nc.new_inbox()
-            await self.bus.nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
+            nc = self.bus.nc
+            log_sub = await nc.subscribe(subjects.logs(self.settings.id), cb=self._on_log_msg)
+            self._lease_inbox = nc.new_inbox()
+            await nc.subscribe(self._lease_inbox, cb=self._on_lease_ack)
             events = subjects.events(self.settings.id)
             outbox = publish_outbox(self.bus, self.journal, self._outbox, events)
             tasks = [
@@ -158,6 +157,8 @@ class SpokeAgent:
                 watch = watch_interruption(self._drain, stop, base_url=url)
                 tasks.append(supervise(watch, "spoke-interruption"))
             await self.bus.wait_for_stream(subjects.COMMANDS_STREAM, stop)
+            if stop.is_set():
+                return
             tasks.append(supervise(self._sync_loop(stop), "spoke-sync"))
             tasks.append(
                 supervise(

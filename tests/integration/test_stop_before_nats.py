@@ -1,6 +1,7 @@
 """A hub or spoke started before its NATS server (or pointed at a wrong URL) retries its first
 connect; told to stop meanwhile (SIGTERM from a service manager, Ctrl-C), it exits at once
-rather than retrying until SIGKILL. (`gpufed burst`: tests/integration/burst.)"""
+rather than retrying until SIGKILL. A spoke that reached NATS but waits for the hub's command
+stream stops as quietly. (`gpufed burst`: tests/integration/burst.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bus.natsserver import EmbeddedNats
 from bus.ports import free_port
 
 
@@ -46,6 +48,29 @@ def test_sigterm_stops_it_while_nats_is_unreachable(piece: str, tmp_path: Path) 
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
             assert proc.returncode == 0, err
+        finally:
+            if proc.poll() is None:  # only if the test failed
+                proc.kill()
+                proc.communicate()
+
+
+def test_sigterm_stops_a_spoke_waiting_for_the_hubs_stream(tmp_path: Path) -> None:
+    with EmbeddedNats(tmp_path / "nats") as nats:  # no hub: no command stream yet
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpufed", *_argv("spoke", nats.url, tmp_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:  # it logs each time it finds no stream
+                if "waiting_for_stream" in line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0 and "Traceback" not in err, err
         finally:
             if proc.poll() is None:  # only if the test failed
                 proc.kill()
