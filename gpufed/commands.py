@@ -18,8 +18,9 @@ import yaml
 
 from gpufed.client import ApiError, HubClient
 from gpufed.policy_check import unknown_models
-from gpufed.policy_view import parse_instant, policy_in_force
+from gpufed.policy_view import policy_in_force
 from gpufed.session_cmd import age
+from gpufed.when import parse_when
 from gpufed.yamlfile import read_mapping
 
 
@@ -273,9 +274,9 @@ def _policy(args: argparse.Namespace) -> int:
         document = args.client.policy()
         if args.at is not None:
             try:
-                document = policy_in_force(document, parse_instant(args.at, time.time()))
+                document = policy_in_force(document, parse_when(args.at, time.time()))
             except ValueError as exc:
-                print(f"gpufed: {exc}", file=sys.stderr)
+                print(f"gpufed policy show --at: {exc}", file=sys.stderr)
                 return 2
         print(yaml.safe_dump(document, sort_keys=False), end="")
         return 0
@@ -346,28 +347,6 @@ def _usage(args: argparse.Namespace) -> int:
         return 0
     _table([*rows, total])
     return 0
-
-
-def parse_when(text: str, now: float) -> float:
-    """Unix seconds from `1733000000`, `2026-11-30`, `2026-11-30T12:00` or an age (`2h`, `7d`)."""
-    text = text.strip()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
-        return now - float(text[:-1]) * units[text[-1]]
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"cannot read the time {text!r}: give unix seconds, an ISO date or time "
-            "(2026-11-30T12:00), or an age such as 90m, 2h or 7d"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as a person typing a date means it
-    return moment.timestamp()
 
 
 def _logs(args: argparse.Namespace) -> int:

@@ -14,34 +14,6 @@ from hub.core.windows import DAY_S, active_window, next_change, policy_at
 from hub.policyfile import policy_from_dict, policy_to_dict
 
 
-def parse_instant(text: str, now: float) -> float:
-    """Seconds since the epoch for `text`: `now`, ISO 8601 (no offset: UTC) or epoch seconds."""
-    text = text.strip()
-    if text.lower() == "now":
-        return now
-    try:
-        instant = float(text)
-    except ValueError:
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError as exc:
-            raise ValueError(_GIVE.format(text=text)) from exc
-        instant = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-    # inf, nan and 1e20 are numbers, but no instant a calendar can name (the windows look a
-    # day back and a week ahead of it).
-    if not _EARLIEST <= instant <= _LATEST:
-        raise ValueError(f"--at {text!r}: give a time between the years 2 and 9998")
-    return instant
-
-
-_EARLIEST = datetime(2, 1, 1, tzinfo=UTC).timestamp()
-_LATEST = datetime(9998, 12, 31, tzinfo=UTC).timestamp()
-_GIVE = (
-    "--at {text!r}: give 'now', an ISO 8601 time such as 2026-12-01T09:00+01:00, "
-    "or seconds since the epoch"
-)
-
-
 def policy_in_force(document: dict[str, Any], at: float) -> dict[str, Any]:
     """The policy `document` (as the hub returns it) in force at `at`, as a dict.
 

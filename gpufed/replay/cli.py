@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from gpufed.replay.baselines import SCHEDULERS
 from gpufed.replay.cloud import BURSTS
+from gpufed.when import parse_when
 
 FORMATS = ("philly", "alibaba", "csv")
 _DAY = 86400.0
@@ -306,12 +308,9 @@ def _ordered(policy: Any, mode: str | None) -> Any:
 
 def _instant(text: str) -> float:
     try:
-        moment = datetime.fromisoformat(text)
+        return parse_when(text, time.time())
     except ValueError as exc:
-        raise ValueError(
-            f"--start {text!r}: expected ISO 8601, e.g. 2024-01-01T08:00+01:00"
-        ) from exc
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        raise ValueError(f"--start: {exc}") from None
 
 
 def _catalog(path: Path | None) -> Any:
