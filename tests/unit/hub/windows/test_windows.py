@@ -127,8 +127,8 @@ def test_round_trip_through_dict_form() -> None:
     ("window", "message"),
     [
         ("{name: w, timezone: Europe/Berln}", "windows[w].timezone: unknown time zone"),
-        ("{name: w, start: '25:00'}", "windows[w].start: Value error, expected a time HH:MM"),
-        ("{name: w, days: [mon, funday]}", "windows[w].days[1]: Value error, expected mon..sun"),
+        ("{name: w, start: '25:00'}", "windows[w].start: expected a time HH:MM"),
+        ("{name: w, days: [mon, funday]}", "windows[w].days[1]: expected mon..sun"),
         ("{name: w, start: '08:00', end: '08:00'}", "start and end are the same"),
         ("{name: w, teams: {nobody: {weight: 2}}}", "windows[w].teams[nobody]: unknown team"),
         (
