@@ -8,9 +8,10 @@ sets the policy says so. Pure: the policy as the hub answered it and the models 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from typing import Any
+
+from schemas.common import nearest_name
 
 #: The quota key that stands for every model not named.
 ANY_MODEL = "*"
@@ -26,7 +27,7 @@ def unknown_models(document: Mapping[str, Any], fleet: Collection[str]) -> list[
     lines = []
     for model in sorted(used.keys() - set(fleet) - {ANY_MODEL}):
         line = f"no spoke has GPU model {model} now (quotas of {', '.join(used[model])})"
-        near = _nearest(model, fleet)
+        near = nearest_name(model, fleet)
         lines.append(f"{line}; did you mean {near}?" if near else line)
     return lines
 
@@ -57,11 +58,3 @@ def _collect(node: Any, owner: str, used: dict[str, list[str]]) -> None:
 
 def _within(owner: str, part: str) -> str:
     return f"{part} in {owner}" if owner else part
-
-
-def _nearest(model: str, fleet: Collection[str]) -> str | None:
-    same = [m for m in fleet if m.lower() == model.lower()]
-    if same:
-        return same[0]
-    close = difflib.get_close_matches(model, list(fleet), n=1, cutoff=0.6)
-    return close[0] if close else None

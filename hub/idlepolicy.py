@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
 from hub.core.idle import IdleRules, SessionRules
-from schemas.common import DNS_LABEL_PATTERN
+from schemas.common import DNS_LABEL_PATTERN, StrictDoc
 
 #: The longest duration a policy may name (a year).
 MAX_DURATION_S = 366 * 86400.0
@@ -43,8 +43,8 @@ def parse_duration(value: Any) -> Any:
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=MAX_DURATION_S)]
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Doc(StrictDoc):
+    """Every part of the document: see StrictDoc."""
 
 
 class SessionsDoc(_Doc):

@@ -49,9 +49,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
@@ -92,7 +90,7 @@ from hub.idlepolicy import (
     sessions_dict,
 )
 from hub.policyclock import DAYS, ClockTime, DayName, clock, day_list, seconds
-from schemas.common import DNS_LABEL_PATTERN
+from schemas.common import DNS_LABEL_PATTERN, StrictDoc
 from schemas.errors import problem_sentence
 
 FORMAT_VERSION = 1
@@ -234,9 +232,8 @@ def dump_policy(policy: Policy, fmt: str = "yaml") -> str:
     return str(yaml.safe_dump(data, sort_keys=False))
 
 
-class _Doc(BaseModel):
-    # No inf/NaN anywhere: every number below is bounded so no arithmetic on it overflows.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Doc(StrictDoc):
+    """Every part of the document: see StrictDoc."""
 
 
 class _QuotaDoc(_Doc):

@@ -18,6 +18,7 @@ from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from hub.state import HubState
 from schemas import Phase, WorkloadSpec
+from schemas.common import unknown_text
 from schemas.workloads import unknown_fields
 
 log = structlog.get_logger(__name__)
@@ -58,11 +59,7 @@ class Submissions:
         """A new record for `spec`, counted in `queued`; raises what policy refuses."""
         unknown = unknown_fields(spec)
         if unknown:  # what was asked is not what would run: refused before any other check
-            named = [f"{name} (did you mean {near}?)" if near else name for name, near in unknown]
-            raise InvalidWorkload(
-                f"unknown field{'s' if len(named) > 1 else ''}: {', '.join(named)}",
-                field=unknown[0][0],
-            )
+            raise InvalidWorkload(unknown_text(unknown), field=unknown[0][0])
         cap = self.state.policy.max_queued(spec.team)
         if cap is not None and queued.reached(spec.team, cap):
             self.state.counters["submit_throttled"] += 1

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Collection, Mapping, Sequence
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -123,3 +124,37 @@ def json_array(items: Sequence[bytes]) -> bytes:
 def is_json_array(data: bytes) -> bool:
     """Whether `data` holds a JSON array (several documents) rather than one document."""
     return data.lstrip()[:1] == b"["
+
+
+def nearest_name(name: str, known: Collection[str]) -> str | None:
+    """The known name `name` was likely meant to be: the same but for case, a close spelling,
+    or one it begins; None when none is near."""
+    by_lower = {k.lower(): k for k in known}
+    if name.lower() in by_lower:
+        return by_lower[name.lower()]
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return close[0] if close else next((k for k in known if k.startswith(name)), None)
+
+
+def unknown_text(pairs: Sequence[tuple[str, str | None]]) -> str:
+    """'unknown fields: gpus (did you mean gpus_per_node?), x' for (name, nearest) pairs."""
+    named = [f"{name} (did you mean {near}?)" if near else name for name, near in pairs]
+    return f"unknown field{'s' if len(named) > 1 else ''}: {', '.join(named)}"
+
+
+class StrictDoc(BaseModel):
+    """A document a person writes (the policy, its idle rules): frozen, no inf or NaN, and a
+    field it does not define refused naming the one it likely meant (a typo never silently
+    does nothing)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = cls.model_fields
+            unknown = [str(key) for key in data if key not in known]
+            if unknown:
+                raise ValueError(unknown_text([(n, nearest_name(n, known)) for n in unknown]))
+        return data

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from schemas.common import GPU_MODEL_PATTERN, DnsLabel, Identifier, WireModel, refuse_control
+from schemas.common import (
+    GPU_MODEL_PATTERN,
+    DnsLabel,
+    Identifier,
+    WireModel,
+    nearest_name,
+    refuse_control,
+)
 from schemas.errors import ErrorReply
 
 MAX_COMMAND_ITEMS = 256
@@ -304,12 +310,10 @@ def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
         extra = model.model_extra
         if not extra:
             continue  # nearly every spec: checked on every submission
-        known = list(type(model).model_fields)
+        known = type(model).model_fields
         for name in extra:
-            near = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [
-                k for k in known if k.startswith(name)
-            ]
-            found.append((prefix + name, prefix + near[0] if near else None))
+            near = nearest_name(name, known)
+            found.append((prefix + name, prefix + near if near else None))
     return found
 
 

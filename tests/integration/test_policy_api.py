@@ -67,7 +67,7 @@ async def test_a_refusal_names_every_bad_field_by_team_and_model(
     assert response.status_code == 422
     assert response.json()["code"] == "invalid_policy"
     assert response.json()["message"] == (
-        "teams[vision].quotas[H100].guaranted: Extra inputs are not permitted; "
+        "teams[vision].quotas[H100]: unknown field: guaranted (did you mean guaranteed?); "
         "teams[nlp].quotas[A100].guaranteed: Input should be greater than or equal to 0"
     )
 

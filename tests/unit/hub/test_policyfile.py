@@ -96,7 +96,8 @@ def test_consolidation_is_off_unless_the_policy_turns_it_on() -> None:
             "priority_classes[gold].may_borrow: a class that is never preempted cannot borrow",
         ),
         ("priority_classes: []", "priority_classes: at least one class is needed"),
-        ("teams: [{name: a, wieght: 2}]", "teams[a].wieght: Extra inputs are not permitted"),
+        ("teams: [{name: a, wieght: 2}]", "teams[a]: unknown field: wieght (did you mean weight?)"),
+        ("teamz: []", "policy: unknown field: teamz (did you mean teams?)"),
         (
             "teams: [{name: a, weight: 0}]",
             "teams[a].weight: Input should be greater than or equal to 0.001",
