@@ -74,11 +74,13 @@ def with_hub_budget(
     teams = dict(policy.team_budgets)
     for team, limits in budget.teams.items():
         own = teams.get(team, TeamBudget())
-        total = own.dollars_total
+        total, monthly = own.dollars_total, own.monthly
         if limits.dollars_left_this_month is not None:
             hub_total = team_spend.get(team, 0.0) + max(0.0, limits.dollars_left_this_month)
-            total = hub_total if total is None else min(total, hub_total)
-        teams[team] = TeamBudget(_least(own.dollars_per_hour, limits.dollars_per_hour), total)
+            if total is None or hub_total < total:
+                total, monthly = hub_total, True
+        per_hour = _least(own.dollars_per_hour, limits.dollars_per_hour)
+        teams[team] = TeamBudget(per_hour, total, monthly)
     return replace(
         policy,
         max_dollars_per_hour=_least(policy.max_dollars_per_hour, budget.dollars_per_hour),

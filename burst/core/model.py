@@ -77,6 +77,9 @@ class TeamBudget:
 
     dollars_per_hour: float | None = None
     dollars_total: float | None = None
+    #: `dollars_total` is what the hub's policy leaves the team this month (`burst_budget.
+    #: dollars_per_month`) over what this controller counted, not a total of its own.
+    monthly: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,7 +184,12 @@ class _LaunchPlanner:
         budget = policy.team_budgets.get(item.team)
         spent = self.state.team_spend.get(item.team, 0.0)
         if budget and budget.dollars_total is not None and spent >= budget.dollars_total:
-            message = f"team {item.team} spent ${spent:.2f} of ${budget.dollars_total:.2f}"
+            message = (
+                f"team {item.team} has spent its monthly burst budget (the policy's "
+                "burst_budget.dollars_per_month)"
+                if budget.monthly
+                else f"team {item.team} spent ${spent:.2f} of ${budget.dollars_total:.2f}"
+            )
             self._skip(item, SkipReason.TEAM_BUDGET_SPENT, message, len(todo), ids)
             return None
         reason = self._cooldown(item)

@@ -79,7 +79,7 @@ def test_burst_applies_the_stricter_of_its_own_and_the_hubs_limits() -> None:
     merged = with_hub_budget(own, hub, {"ml": 7.0})
     assert merged.max_dollars_per_hour == 100.0
     assert merged.allowed_teams == frozenset({"ml", "cv"})
-    assert merged.team_budgets["ml"] == TeamBudget(dollars_per_hour=5.0, dollars_total=17.0)
+    assert merged.team_budgets["ml"] == TeamBudget(5.0, dollars_total=17.0, monthly=True)
     assert with_hub_budget(own, None, {}) is own
 
 
@@ -91,6 +91,10 @@ def test_a_team_with_its_month_spent_or_not_allowed_gets_no_instance() -> None:
     result = plan_burst(demand, [], catalog, policy, PlannerState(), NOW)
     assert not result.launches
     assert [s.reason for s in result.skipped] == [SkipReason.TEAM_BUDGET_SPENT]
+    # Said as what it is: not "$0.00 of $0.00", which reads as a budget of nothing.
+    assert result.skipped[0].message == (
+        "team ml has spent its monthly burst budget (the policy's burst_budget.dollars_per_month)"
+    )
     nobody = with_hub_budget(BurstPolicy(), BurstBudget(allowed_teams=()), {})
     assert not plan_burst(demand, [], catalog, nobody, PlannerState(), NOW).launches
     cheap = with_hub_budget(BurstPolicy(), BurstBudget(dollars_per_hour=0.01), {})
