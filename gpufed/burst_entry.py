@@ -19,6 +19,7 @@ from burst.settings import BurstSettings, TeamBudgetSettings
 from gpufed import logs
 from gpufed.compose.burst import build_burst, serve_burst
 from gpufed.secretfile import read_secret_file
+from gpufed.settings_errors import refused_settings
 
 #: argparse dest -> BurstSettings field, for flags whose names differ from the field.
 _RENAMED = {
@@ -42,7 +43,7 @@ _RENAMED = {
     "aws_subnet": "aws_subnet_ids",
     "aws_security_group": "aws_security_group_ids",
 }
-_NOT_SETTINGS = {"func", "team_budget", "unlimited_instances", "nats_url_file"}
+_NOT_SETTINGS = {"func", "parser", "team_budget", "unlimited_instances", "nats_url_file"}
 
 
 def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -131,7 +132,7 @@ def add_burst_parser(subparsers: Any) -> argparse.ArgumentParser:
     aws.add_argument("--aws-root-device-name")
     aws.add_argument("--aws-endpoint-url", help="EC2 endpoint (tests, proxies)")
     aws.add_argument("--aws-profile")
-    p.set_defaults(func=run_burst)
+    p.set_defaults(func=run_burst, parser=p)
     return p
 
 
@@ -158,7 +159,11 @@ def run_burst(args: argparse.Namespace) -> int:
     logs.configure()
     try:
         controller = build_burst(settings_from_args(args))
-    except (ValidationError, BurstError, ValueError) as exc:
+    except ValidationError as exc:  # a setting refused: named by its flag
+        flags = {field: dest for dest, field in _RENAMED.items()}
+        print(f"gpufed burst: {refused_settings(exc, args.parser, flags)}", file=sys.stderr)
+        return 1
+    except (BurstError, ValueError) as exc:
         print(f"gpufed burst: {exc}", file=sys.stderr)
         return 1
     asyncio.run(serve_burst(controller))

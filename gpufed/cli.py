@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="s an ended workload stays in the store and in usage reports (90 days)",
     )
-    hub.set_defaults(func=_hub)
+    hub.set_defaults(func=_hub, parser=hub)
 
     spoke = sub.add_parser("spoke", help="run a spoke agent in a cluster")
     spoke.add_argument(
@@ -242,7 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     spoke.add_argument("--slurm-partition", default=None, help="Slurm partition to offer and use")
     spoke.add_argument("--slurm-account", default=None, help="Slurm account of the jobs")
     spoke.add_argument("--slurm-qos", default=None, help="Slurm QOS of the jobs")
-    spoke.set_defaults(func=_spoke)
+    spoke.set_defaults(func=_spoke, parser=spoke)
 
     from gpufed import commands
 
@@ -289,15 +289,21 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _hub(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from gpufed.compose import loop
     from gpufed.compose.hub import serve_hub
     from gpufed.dirlock import FolderBusy
+    from gpufed.settings_errors import refused_settings
     from hub.errors import HubError
 
     logs.configure()
     try:
         settings = _hub_settings(args)
-    except ValueError as exc:  # pydantic's ValidationError among them: a setting refused
+    except ValidationError as exc:  # a setting refused: named by its flag
+        print(f"gpufed hub: {refused_settings(exc, args.parser, {})}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
         return 1
     try:
@@ -361,11 +367,22 @@ def _region_streams(args: argparse.Namespace) -> int:
     return 0
 
 
+#: SpokeSettings' names that are not their flags' (beyond a `_s` suffix).
+SPOKE_FLAGS = {
+    "labels": "label",
+    "price_per_gpu_hour": "price",
+    "interruption_imds_url": "interruption_imds",
+    "kube_context": "context",
+    "keep_ended": "keep_ended_max",
+}
+
+
 def _spoke(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from gpufed.compose.spoke import serve_spoke
     from gpufed.dirlock import FolderBusy
+    from gpufed.settings_errors import refused_settings
     from spoke.errors import SpokeError
     from spoke.settings import SpokeSettings
 
@@ -406,7 +423,10 @@ def _spoke(args: argparse.Namespace) -> int:
             **_given(keep_ended_s=args.keep_ended, keep_ended=args.keep_ended_max),
         )
         asyncio.run(serve_spoke(settings))
-    except (SpokeError, ValidationError, ValueError, FolderBusy) as exc:
+    except ValidationError as exc:  # a setting refused: named by its flag
+        print(f"gpufed spoke: {refused_settings(exc, args.parser, SPOKE_FLAGS)}", file=sys.stderr)
+        return 1
+    except (SpokeError, ValueError, FolderBusy) as exc:
         print(f"gpufed spoke: {exc}", file=sys.stderr)
         return 1
     return 0

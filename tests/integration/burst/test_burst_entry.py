@@ -85,6 +85,14 @@ def test_bad_values_are_refused() -> None:
         logs.configure(sys.stderr, json=False, level="warning")  # as tests/conftest.py does
 
 
+def test_a_bad_setting_is_named_by_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--tick", "-1", "--idle-ttl", "-1"]) == 1
+    assert capsys.readouterr().err == (
+        "gpufed burst: --tick: Input should be greater than 0; "
+        "--idle-ttl: Input should be greater than or equal to 0\n"
+    )
+
+
 def test_sigterm_stops_gpufed_burst_while_nats_is_unreachable(tmp_path: Path) -> None:
     """A controller started before its NATS server (or cut off from it) retries the connect;
     told to stop meanwhile, it exits rather than retrying for ever (until SIGKILL)."""

@@ -18,7 +18,18 @@ def test_keep_ended_defaults_to_ninety_days_and_takes_seconds() -> None:
     assert _settings("--keep-ended", "3600").keep_ended_s == 3600
 
 
-def test_a_keep_of_zero_is_refused_naming_the_setting(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_keep_of_zero_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["hub", "--keep-ended", "0"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("gpufed hub:") and "keep_ended_s" in err
+    assert capsys.readouterr().err == "gpufed hub: --keep-ended: Input should be greater than 0\n"
+
+
+def test_bad_spoke_settings_are_each_named_by_their_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["spoke", "--id", "bad id", "--region", "eu", "--heartbeat", "-1", "--price", "-2"]
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == (
+        "gpufed spoke: --id: must be letters, digits, '_' and '-', starting with a letter or "
+        "digit (at most 48) (not 'bad id'); --heartbeat: Input should be greater than 0; "
+        "--price: Input should be greater than or equal to 0\n"
+    )
