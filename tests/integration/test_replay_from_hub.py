@@ -58,27 +58,12 @@ async def test_replays_the_hubs_workloads_under_both_policies(
     proposed.write_text(PROPOSED, encoding="utf-8")
     out = tmp_path / "out"
     async with fed.serve() as url:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpufed.replay",
-            "--from-hub",
-            url,
-            "--since",
-            "1h",
-            "--policy",
-            str(proposed),
-            "--no-plots",
-            "--quiet",
-            "--out",
-            str(out),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "GPUFED_TOKEN": fed.admin_token},
-        )
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, stderr.decode()
-    lines = stdout.decode().splitlines()
+        code, stdout, stderr = await replay(
+            url, "--since", "1h", "--policy", str(proposed), "--no-plots", "--out", str(out),
+            token=fed.admin_token,
+        )  # fmt: skip
+    assert code == 0, stderr
+    lines = stdout.splitlines()
     assert json.loads(lines[0]) == {"jobs": 6, "skipped": {}}
     side = json.loads(lines[1])
     # Capped at 2 GPUs, vision queues in force; under the proposal it borrows nlp's idle two.
@@ -95,21 +80,12 @@ async def test_a_hub_that_cannot_be_reached_is_a_clear_error(tmp_path: Path) -> 
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there
     (tmp_path / "p.yaml").write_text(PROPOSED, encoding="utf-8")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpufed.replay",
-        "--from-hub",
-        f"http://127.0.0.1:{port}",
-        "--policy",
-        str(tmp_path / "p.yaml"),
-        "--out",
+    code, _, stderr = await replay(
+        f"http://127.0.0.1:{port}", "--policy", str(tmp_path / "p.yaml"), "--out",
         str(tmp_path / "out"),
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, stderr = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 1
-    assert f"cannot read the hub at http://127.0.0.1:{port}" in stderr.decode()
+    )  # fmt: skip
+    assert code == 1
+    assert f"cannot read the hub at http://127.0.0.1:{port}" in stderr
 
 
 async def test_uses_gpufed_ups_admin_token_like_the_other_commands(
@@ -125,27 +101,12 @@ async def test_uses_gpufed_ups_admin_token_like_the_other_commands(
     (tmp_path / ".gpufed").mkdir()
     (tmp_path / ".gpufed" / "admin.token").write_text(fed.admin_token + "\n", encoding="utf-8")
     (tmp_path / "new.yaml").write_text(PROPOSED, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if "TOKEN" not in k}
-    async with fed.serve() as url:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpufed.replay",
-            "--from-hub",
-            url,
-            "--policy",
-            "new.yaml",
-            "--quiet",
-            "--out",
-            "out",
-            cwd=tmp_path,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
+    async with fed.serve() as url:  # no token given: it finds the file, as `gpufed jobs` does
+        code, stdout, stderr = await replay(
+            url, "--policy", "new.yaml", "--out", "out", cwd=tmp_path
         )
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, stderr.decode()
-    assert json.loads(stdout.decode().splitlines()[0]) == {"jobs": 1, "skipped": {}}
+    assert code == 0, stderr
+    assert json.loads(stdout.splitlines()[0]) == {"jobs": 1, "skipped": {}}
 
 
 WINDOWED = """
@@ -179,28 +140,29 @@ async def test_time_windows_apply_at_the_hours_the_work_was_submitted(
     (tmp_path / "no-window.yaml").write_text(yaml.safe_dump(windowed), encoding="utf-8")
     out = tmp_path / "out"
     async with fed.serve() as url:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpufed.replay",
-            "--from-hub",
-            url,
-            "--since",
-            "100000d",
-            "--policy",
-            str(tmp_path / "no-window.yaml"),
-            "--cycle-s",
-            "0.01",
-            "--quiet",
-            "--out",
-            str(out),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "GPUFED_TOKEN": fed.admin_token},
-        )
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, stderr.decode()
-    wait = json.loads(stdout.decode().splitlines()[1])["avg_wait_s"]
+        code, stdout, stderr = await replay(
+            url, "--since", "100000d", "--policy", str(tmp_path / "no-window.yaml"),
+            "--cycle-s", "0.01", "--out", str(out), token=fed.admin_token,
+        )  # fmt: skip
+    assert code == 0, stderr
+    wait = json.loads(stdout.splitlines()[1])["avg_wait_s"]
     assert wait["in_force"] < wait["proposed"]
     report = json.loads((out / "in-force" / "report.json").read_text())
     assert report["trace"]["start"].startswith("2024-01-08T10:00")
+
+
+async def replay(
+    url: str, *argv: str, token: str | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    """`gpufed replay --from-hub URL ... --quiet` as a user runs it: exit code, out, err. With
+    no `token`, none in the environment either (the command looks for one as the CLI does)."""
+    env = {k: v for k, v in os.environ.items() if "TOKEN" not in k}
+    if token is not None:
+        env["GPUFED_TOKEN"] = token
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpufed.replay", "--from-hub", url, "--quiet", *argv,
+        cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, stdout.decode(), stderr.decode()
