@@ -237,6 +237,8 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"  idle:   GPUs idle for {age(r['idle_s'])}")
     if r["phase"] == "queued":
         print(f"  why:    {r['message'] or 'not looked at yet'} [{r['reason'] or '-'}]")
+        if r.get("cloud_instance"):
+            print(f"  cloud:  {r['cloud_instance']}, starting for it")
     elif r["message"]:
         print(f"  result: {r['message']}")
     print("  history:")
@@ -392,7 +394,8 @@ def _note(r: dict[str, Any]) -> str:
     """The jobs table's last column: why it waits, why it failed (its log: `gpufed logs`), or
     its URL and how long its GPUs sat idle."""
     if r["phase"] == "queued":
-        return str(r["message"])
+        cloud = r.get("cloud_instance")
+        return f"{r['message']}; cloud instance {cloud}" if cloud else str(r["message"])
     if r["phase"] == "failed":
         return "; ".join(p for p in str(r["message"]).split("; ") if not p.startswith("log "))
     parts = [f"GPUs idle {age(r['idle_s'])}"] if r.get("idle_s") is not None else []

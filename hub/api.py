@@ -26,6 +26,7 @@ from hub.apimodels import (
     WorkloadOut,
     error_responses,
 )
+from hub.cloudwait import starting_for
 from hub.console import mount_console
 from hub.core.access import Action, Principal, allowed, permitted_teams
 from hub.errors import (
@@ -95,6 +96,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             priority=hub.policy.priority(record.spec.priority_class),
             position=hub.positions.get(record.id) if queued else None,
             idle_s=flagged_idle_s(hub.state, record, hub.clock()),
+            cloud_instance=starting_for(hub.instances, record.id, hub.clock()) if queued else None,
         )
 
     @app.exception_handler(Unauthenticated)

@@ -34,6 +34,10 @@ class WorkloadOut(WorkloadRecord):
         default=None,
         description="seconds its GPUs have sat idle, once past the policy's idle.flag_after",
     )
+    cloud_instance: str | None = Field(
+        default=None,
+        description="queued: the cloud instance burst is starting for it, and since when",
+    )
 
     @classmethod
     def of(
@@ -42,8 +46,10 @@ class WorkloadOut(WorkloadRecord):
         priority: int | None = None,
         position: int | None = None,
         idle_s: float | None = None,
+        cloud_instance: str | None = None,
     ) -> WorkloadOut:
         data = record.model_dump()
+        data["cloud_instance"] = cloud_instance
         data["priority"] = priority
         data["position"] = position
         data["idle_s"] = None if idle_s is None else round(idle_s, 1)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufed.cli import main
 from schemas import Phase
 from schemas.burst import InstanceState
 from tests.integration.fed import InProcessFederation, nodes
@@ -188,3 +192,38 @@ async def test_a_cloud_spoke_given_back_leaves_the_fleet_view_once_lost(
     assert value(parsed, "gpufed_spoke_lease", spoke="eu-1", state="lost") == 1
     assert not [labels for (name, labels) in parsed if ("spoke", "burst-t1") in labels]
     assert "burst-t1" in hub.spokes  # its record stays: usage by spoke still names it
+
+
+async def test_work_a_cloud_instance_starts_for_says_so_until_it_is_placed(
+    fed: InProcessFederation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpufed jobs` and `explain` of work no on-prem spoke can take say that an instance is
+    being rented for it (it waits for a boot, not for on-prem devices), until it is placed."""
+    hub = await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "L4"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(name="big", team="vision", gpu_models=["H100"], command=["true"])
+    await fed.wait_phase(wid, {Phase.QUEUED})
+    asked = time.time() - 40
+    fields = {"instance_type": "p5.48xlarge", "gpu_model": "H100", "gpu_count": 8}
+    await publish_instance(
+        hub.bus, "burst-t1", InstanceState.REQUESTED, asked, workload_ids=(wid,), **fields
+    )
+    await until(lambda: "burst-t1" in hub.instances)
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["jobs"]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if wid in line)
+        said = re.search(
+            r"; cloud instance burst-t1 \(p5.48xlarge, 8 H100\), asked for (\d+) s ago$", row
+        )
+        assert said is not None and 40 <= int(said[1]) < 100, row  # 40 s, and the test's own
+        assert await asyncio.to_thread(main, ["explain", wid]) == 0
+        out = capsys.readouterr().out
+        assert re.search(r"  cloud:  burst-t1 \(p5.48xlarge, 8 H100\), asked for \d+ s ago", out)
+    await publish_instance(hub.bus, "burst-t1", InstanceState.RUNNING, asked + 30, **fields)
+    await until(lambda: hub.instances["burst-t1"].state is InstanceState.RUNNING)
+    assert fed.api is not None
+    assert (await fed.api.get(f"/v1/workloads/{wid}")).json()["cloud_instance"] is None
