@@ -124,6 +124,18 @@ async def test_every_console_page_shows_the_live_federation(
     await page.wait_for_selector("#usage tr[data-team='vision']")
     await shoot(page, screenshots, "usage")
 
+    # Queue: a job a cloud instance is being rented for says so beside why it waits.
+    hub = live_hub.fed.hub
+    assert hub is not None
+    await publish_instance(
+        hub.bus, "burst-test-2", InstanceState.REQUESTED, time.time(), workload_ids=(wait_b,)
+    )
+    await page.click("nav a[href='/queue']")
+    await page.wait_for_selector(f"#queue tr[data-id='{wait_b}']:has-text('cloud instance')")
+    assert "; cloud instance burst-test-2 (sim.l4x2, 2 L4), asked for" in await page.inner_text(
+        f"#queue tr[data-id='{wait_b}']"
+    )
+
     api_calls = [r for r in requests if "/v1/" in r.url]
     assert api_calls, "the pages made no API call"
     missing = [

@@ -114,8 +114,14 @@ async function queue() {
     el("td", {}, r.position || "-"), el("td", { class: "mono" }, r.id), el("td", {}, r.spec.name),
     el("td", {}, r.spec.team), el("td", {}, r.spec.priority_class), el("td", {}, r.priority),
     el("td", {}, gpus(r.spec)), el("td", {}, secs(now() - r.submitted_at)),
-    el("td", { class: "mono" }, r.reason || "-"), el("td", {}, r.message || "not looked at yet"))),
+    el("td", { class: "mono" }, r.reason || "-"), el("td", {}, whyWaits(r)))),
   "Nothing is waiting.");
+}
+
+// The hub's sentence, and the cloud instance burst is starting for it, as `gpufed jobs` says.
+function whyWaits(r) {
+  const why = r.message || "not looked at yet";
+  return r.cloud_instance ? why + "; cloud instance " + r.cloud_instance : why;
 }
 
 let selectedJob = null;
@@ -135,7 +141,7 @@ async function jobs() {
     // why it waits or why it failed.
     const wait = r.phase === "queued" ? now() - r.submitted_at : r.wait_s;
     const run = r.phase === "running" && r.started_at ? now() - r.started_at : r.run_s;
-    const why = ["queued", "failed"].includes(r.phase) ? r.message || "" : "";
+    const why = r.phase === "queued" ? whyWaits(r) : r.phase === "failed" ? r.message || "" : "";
     return el("tr", { dataset: { id: r.id }, class: r.id === selectedJob ? "selected" : "" },
       el("td", { class: "mono" }, el("a", { href: "#" + r.id, onclick: (e) => { e.preventDefault(); selectJob(r.id); } }, r.id)),
       el("td", {}, r.spec.name), el("td", {}, r.spec.team), el("td", {}, gpus(r.spec)),
