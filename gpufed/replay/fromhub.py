@@ -55,16 +55,26 @@ class HubHistory:
 
 
 def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubHistory:
-    """Read the workloads submitted since `now - since_s`, the policy and the spokes."""
+    """Read the workloads submitted since `now - since_s`, the policy and the spokes.
+
+    `url` may list several hubs, comma-separated (`gpufed up --hubs 2` prints them so): the
+    first that answers is read (a standby answers reads too)."""
     token = default_token()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        with httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s, headers=headers) as http:
-            records = _get(http, "/v1/workloads", {"limit": MAX_WORKLOADS})
-            policy = _get(http, "/v1/policy", {})
-            spokes = _get(http, "/v1/spokes", {})
-    except httpx.HTTPError as exc:
-        raise HubFetchError(f"cannot read the hub at {url}: {exc}") from exc
+    failures = []
+    for one in [u.strip() for u in url.split(",") if u.strip()]:
+        try:
+            with httpx.Client(base_url=one.rstrip("/"), timeout=timeout_s, headers=headers) as http:
+                records = _get(http, "/v1/workloads", {"limit": MAX_WORKLOADS})
+                policy = _get(http, "/v1/policy", {})
+                spokes = _get(http, "/v1/spokes", {})
+            break
+        except httpx.TransportError as exc:  # that one is down: the next may answer
+            failures.append(f"cannot read the hub at {one}: {exc}")
+        except httpx.HTTPError as exc:
+            raise HubFetchError(f"cannot read the hub at {one}: {exc}") from exc
+    else:
+        raise HubFetchError("; ".join(failures) or f"no hub URL in {url!r}")
     if not isinstance(records, list) or not isinstance(policy, dict):
         raise HubFetchError(f"{url} did not answer like a gpufed hub")
     jobs, skipped, start = to_jobs(records, now - since_s, now)

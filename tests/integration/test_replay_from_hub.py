@@ -105,6 +105,15 @@ async def test_uses_gpufed_ups_admin_token_like_the_other_commands(
         code, stdout, stderr = await replay(
             url, "--policy", "new.yaml", "--out", "out", cwd=tmp_path
         )
+        assert code == 0, stderr
+        assert json.loads(stdout.splitlines()[0]) == {"jobs": 1, "skipped": {}}
+        # GPUFED_API as `gpufed up --hubs 2` prints it, the first hub down: the next is read.
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            down = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        code, stdout, stderr = await replay(
+            f"{down},{url}", "--policy", "new.yaml", "--out", "out2", cwd=tmp_path
+        )
     assert code == 0, stderr
     assert json.loads(stdout.splitlines()[0]) == {"jobs": 1, "skipped": {}}
 
