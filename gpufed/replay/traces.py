@@ -215,20 +215,36 @@ def _rows(path: Path, needed: tuple[str, ...]) -> Iterator[tuple[int, dict[str, 
         raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
     with handle:
         reader = csv.DictReader(handle)
-        header = [name.strip() for name in reader.fieldnames or ()]
-        missing = [name for name in needed if name not in header]
-        if missing:
-            found = ",".join(header) or "nothing"
-            raise TraceError(
-                f"{path} line 1: missing column(s) {', '.join(missing)} "
-                f"(header is {found}; expected {','.join(needed)})"
-            )
-        reader.fieldnames = header
-        for row in reader:
-            line = reader.line_num
-            if None in row or any(row.get(name) is None for name in needed):
-                raise TraceError(f"{_where(path, line)}: expected {len(header)} columns")
-            yield line, row
+        try:
+            header = [name.strip() for name in reader.fieldnames or ()]
+            missing = [name for name in needed if name not in header]
+            if missing:
+                found = ",".join(header) or "nothing"
+                raise TraceError(
+                    f"{path} line 1: missing column(s) {', '.join(missing)} "
+                    f"(header is {found}; expected {','.join(needed)})"
+                )
+            reader.fieldnames = header
+            for row in reader:
+                line = reader.line_num
+                if None in row or any(row.get(name) is None for name in needed):
+                    raise TraceError(f"{_where(path, line)}: expected {len(header)} columns")
+                yield line, row
+        except UnicodeDecodeError:  # Latin-1 and the like: say where, and what to do
+            raise TraceError(_not_utf8(path)) from None
+
+
+def _not_utf8(path: Path) -> str:
+    """Where `path` stops being UTF-8 (the reader decodes in blocks: found again, whole)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return (
+            f"{_where(path, line)}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8"
+        )
+    return f"{path}: not UTF-8 text; save it as UTF-8"
 
 
 def _where(path: Path, line: int) -> str:

@@ -130,3 +130,12 @@ def test_csv_saved_by_excel_with_a_byte_order_mark_reads(tmp_path: Path) -> None
     path.write_bytes(b"\xef\xbb\xbfsubmit_time,duration,num_gpus,team\r\n0,100,2,vision\r\n")
     (job,) = load_trace(path, "csv")
     assert (job.submit, job.duration, job.gpus, job.team) == (0.0, 100.0, 2, "vision")
+
+
+def test_a_trace_not_in_utf8_is_refused_naming_its_line(tmp_path: Path) -> None:
+    # Saved as Latin-1 ("équipe"): Python's decoder named neither the file nor the line.
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"submit_time,duration,num_gpus,team\n0,10,1,vision\n5,10,1,\xe9quipe\n")
+    with pytest.raises(TraceError) as caught:
+        load_trace(path, "csv")
+    assert str(caught.value) == f"{path} line 3: not UTF-8 text (byte 0xe9); save it as UTF-8"
