@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufed.secretfile import read_secret_file
+from schemas.common import nearest_name
 
 ROLES = ("viewer", "member", "team-admin", "admin")
 
@@ -74,6 +75,8 @@ def _token(args: argparse.Namespace) -> int:
             created = _create_in_store(store_url, args.user, args.role, team, args.ttl)
         else:
             created = args.client.create_token(args.user, args.role, team, args.ttl)
+        if team is not None and not store_url:
+            _warn_if_unlisted(args.client.policy(), team)
         scope = "every team" if team is None else f"team {team}"
         if args.json:
             print(json.dumps({k: v for k, v in created.items() if k != "token"}, indent=2))
@@ -196,3 +199,17 @@ def _table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _warn_if_unlisted(policy: dict[str, Any], team: str) -> None:
+    """A token for a team the policy does not list (a typo, most likely) works, but only with
+    the default team's quotas: say so, with the listed team it likely meant."""
+    listed = [str(t.get("name")) for t in policy.get("teams", [])]
+    if listed and team not in listed:
+        near = nearest_name(team, listed)
+        hint = f"; did you mean {near}?" if near else ""
+        print(
+            f"gpufed token create: warning: team {team} is not in the policy (its work gets the "
+            f"default team's quotas){hint}",
+            file=sys.stderr,
+        )

@@ -41,3 +41,22 @@ def test_a_quota_for_a_model_no_spoke_has_is_set_and_warned_of(
     policy.write_text("teams:\n  - name: vision\n    quotas:\n      H100: {guaranteed: 4}\n")
     assert main(["policy", "set", str(policy)]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_token_for_a_team_the_policy_does_not_list_is_warned_of(
+    fed: Federation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("teams:\n  - name: vision\n  - name: nlp\n")
+    assert main(["policy", "set", str(policy)]) == 0
+    capsys.readouterr()
+    argv = ["token", "create", "--user", "bob", "--role", "member", "--team"]
+    assert main([*argv, "visoin"]) == 0  # minted all the same: a team may be new
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1].startswith("gpufed_")
+    assert err == (
+        "gpufed token create: warning: team visoin is not in the policy (its work gets the "
+        "default team's quotas); did you mean vision?\n"
+    )
+    assert main([*argv, "nlp"]) == 0
+    assert capsys.readouterr().err == ""
