@@ -181,6 +181,6 @@ class HubView:
             "term": self.state.term,
             "leader": self.leader_url,
             "workloads_active": len(self.workloads),
-            "spokes": len(self.spokes),
+            "spokes": len(self.fleet),  # as /v1/spokes lists them
             "counters": dict(self.counters),
         }

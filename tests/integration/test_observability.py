@@ -191,6 +191,7 @@ async def test_a_cloud_spoke_given_back_leaves_the_fleet_view_once_lost(
     parsed = samples((await fed.api.get("/metrics")).text)
     assert value(parsed, "gpufed_spoke_lease", spoke="eu-1", state="lost") == 1
     assert not [labels for (name, labels) in parsed if ("spoke", "burst-t1") in labels]
+    assert (await fed.api.get("/v1/health")).json()["spokes"] == 2  # the ones listed
     assert "burst-t1" in hub.spokes  # its record stays: usage by spoke still names it
 
 
