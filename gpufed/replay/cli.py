@@ -148,7 +148,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ValueError("--fleet is required")
     fleet = load_fleet(args.fleet)
     jobs = load_trace(args.trace, args.format, node_gpus=fleet.max_node_gpus or 8)
-    jobs = _scaled(jobs[: args.limit_jobs] if args.limit_jobs else jobs, args.load_factor)
+    jobs = _scaled(_first(jobs, args.limit_jobs), args.load_factor)
     if not jobs:
         raise ValueError(f"{args.trace}: no jobs to replay")
     setup = ReplaySetup(
@@ -186,8 +186,6 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _from_hub(args: argparse.Namespace) -> int:
-    import time
-
     from gpufed.replay.fleet import load_fleet
     from gpufed.replay.fromhub import fetch, fleet_from_spokes, parse_since
     from gpufed.replay.report import build_report, write_report
@@ -206,7 +204,7 @@ def _from_hub(args: argparse.Namespace) -> int:
         in_force = policy_from_dict(history.policy)
     except PolicyError as exc:
         raise ValueError(f"{args.from_hub}: its policy does not load: {exc}") from exc
-    jobs = _scaled(history.jobs, args.load_factor)
+    jobs = _scaled(_first(history.jobs, args.limit_jobs), args.load_factor)
     trace = {
         "hub": args.from_hub,
         "since": args.since,
@@ -297,6 +295,11 @@ def _policy(path: Path | None) -> Any:
         return load_policy(path.read_text(encoding="utf-8"))
     except PolicyError as exc:
         raise ValueError(f"{path}: {exc}") from exc
+
+
+def _first(jobs: list[Any], limit: int | None) -> list[Any]:
+    """`--limit-jobs`: the first `limit` jobs (all when not given), from a trace or a hub."""
+    return jobs[:limit] if limit else jobs
 
 
 def _ordered(policy: Any, mode: str | None) -> Any:

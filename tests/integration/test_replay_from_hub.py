@@ -62,7 +62,14 @@ async def test_replays_the_hubs_workloads_under_both_policies(
             url, "--since", "1h", "--policy", str(proposed), "--no-plots", "--out", str(out),
             token=fed.admin_token,
         )  # fmt: skip
+        first, _, _ = await replay(
+            url, "--since", "1h", "--policy", str(proposed), "--no-plots", "--out",
+            str(tmp_path / "two"), "--limit-jobs", "2", token=fed.admin_token,
+        )  # fmt: skip
     assert code == 0, stderr
+    assert first == 0
+    two = json.loads((tmp_path / "two" / "proposed" / "report.json").read_text())
+    assert two["jobs"]["total"] == 2  # --limit-jobs: the first two, as with a trace
     lines = stdout.splitlines()
     assert json.loads(lines[0]) == {"jobs": 6, "skipped": {}}
     side = json.loads(lines[1])
