@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from gpufed.client import default_token
+from gpufed.client import ApiError, HubClient
 from gpufed.replay.fleet import Fleet, NodeSpec, SpokeSpec
 from gpufed.replay.traces import Job
 from schemas import SpokeKind
@@ -55,26 +53,18 @@ class HubHistory:
 
 
 def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubHistory:
-    """Read the workloads submitted since `now - since_s`, the policy and the spokes.
-
-    `url` may list several hubs, comma-separated (`gpufed up --hubs 2` prints them so): the
-    first that answers is read (a standby answers reads too)."""
-    token = default_token()
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    failures = []
-    for one in [u.strip() for u in url.split(",") if u.strip()]:
-        try:
-            with httpx.Client(base_url=one.rstrip("/"), timeout=timeout_s, headers=headers) as http:
-                records = _get(http, "/v1/workloads", {"limit": MAX_WORKLOADS})
-                policy = _get(http, "/v1/policy", {})
-                spokes = _get(http, "/v1/spokes", {})
-            break
-        except httpx.TransportError as exc:  # that one is down: the next may answer
-            failures.append(f"cannot read the hub at {one}: {exc}")
-        except httpx.HTTPError as exc:
-            raise HubFetchError(f"cannot read the hub at {one}: {exc}") from exc
-    else:
-        raise HubFetchError("; ".join(failures) or f"no hub URL in {url!r}")
+    """Read the workloads submitted since `now - since_s`, the policy and the spokes, through
+    the CLI's own client (`gpufed.client.HubClient`): the same token, and `url` may list
+    several hubs, comma-separated, as `gpufed up --hubs 2` prints them."""
+    client = HubClient(url, timeout_s=timeout_s)
+    try:
+        records = client.workloads(limit=MAX_WORKLOADS)
+        policy = client.policy()
+        spokes = client.spokes()
+    except ApiError as exc:
+        raise HubFetchError(f"cannot read the hub at {url}: {exc}") from exc
+    finally:
+        client.close()
     if not isinstance(records, list) or not isinstance(policy, dict):
         raise HubFetchError(f"{url} did not answer like a gpufed hub")
     jobs, skipped, start = to_jobs(records, now - since_s, now)
@@ -145,14 +135,3 @@ def fleet_from_spokes(spokes: Sequence[Mapping[str, Any]]) -> Fleet:
     if not out:
         raise HubFetchError("the hub reports no spoke with GPUs: describe the fleet with --fleet")
     return Fleet(tuple(out))
-
-
-def _get(http: httpx.Client, path: str, params: dict[str, Any]) -> Any:
-    response = http.get(path, params=params)
-    if response.status_code in (401, 403):
-        raise HubFetchError(
-            f"the hub refused {path} ({response.status_code}): set GPUFED_TOKEN to its API token "
-            "(or GPUFED_TOKEN_FILE to a file holding one)"
-        )
-    response.raise_for_status()
-    return response.json()
