@@ -3,18 +3,18 @@
 A quota key is the model's name as spokes report it, case and all: `h100` is another model
 than `H100`, and a team given `h100: {guaranteed: 16}` has no H100 guarantee. The hub cannot
 refuse it (a model may be on order, or come only with cloud instances), so the command that
-sets the policy says so. Pure: the policy as the hub answered it and the models in the fleet.
+sets the policy says so. Pure: the policy as the hub answered it (read by the hub's own
+loader) and the models in the fleet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from hub.core.policy import ANY_MODEL, Policy
+from hub.policyfile import policy_from_dict
 from schemas.common import nearest_name
-
-#: The quota key that stands for every model not named.
-ANY_MODEL = "*"
 
 
 def unknown_models(document: Mapping[str, Any], fleet: Collection[str]) -> list[str]:
@@ -23,7 +23,8 @@ def unknown_models(document: Mapping[str, Any], fleet: Collection[str]) -> list[
     if not fleet:
         return []
     used: dict[str, list[str]] = {}
-    _collect(document, "", used)
+    for model, owner in _quota_models(policy_from_dict(dict(document))):
+        used.setdefault(model, []).append(owner)
     lines = []
     for model in sorted(used.keys() - set(fleet) - {ANY_MODEL}):
         line = f"no spoke has GPU model {model} now (quotas of {', '.join(used[model])})"
@@ -32,29 +33,18 @@ def unknown_models(document: Mapping[str, Any], fleet: Collection[str]) -> list[
     return lines
 
 
-def _collect(node: Any, owner: str, used: dict[str, list[str]]) -> None:
-    if not isinstance(node, Mapping):
-        return
-    quotas = node.get("quotas")
-    if isinstance(quotas, Mapping) and owner:
-        for model in quotas:
-            used.setdefault(str(model), []).append(owner)
-    for key, kind in (("departments", "department"), ("teams", "team")):
-        entries = node.get(key)
-        if isinstance(entries, list):  # [{name: ..., quotas: ...}]
-            named = [(e.get("name"), e) for e in entries if isinstance(e, Mapping)]
-        elif isinstance(entries, Mapping):  # a window's {name: {quotas: ...}}
-            named = list(entries.items())
-        else:
-            continue
-        for name, entry in named:
-            _collect(entry, _within(owner, f"{kind} {name}"), used)
-    if isinstance(node.get("default_team"), Mapping):
-        _collect(node["default_team"], _within(owner, "the default team"), used)
-    for window in node.get("windows") or ():
-        if isinstance(window, Mapping):
-            _collect(window, f"window {window.get('name')}", used)
-
-
-def _within(owner: str, part: str) -> str:
-    return f"{part} in {owner}" if owner else part
+def _quota_models(policy: Policy) -> Iterator[tuple[str, str]]:
+    """(model, who it is a quota of) for every quota the policy and its windows set."""
+    for department in policy.departments:
+        yield from ((m, f"department {department.name}") for m in department.quotas)
+    for team in policy.teams:
+        yield from ((m, f"team {team.name}") for m in team.quotas)
+    yield from ((m, "the default team") for m in policy.default_team.quotas)
+    for window in policy.windows:
+        where = f" in window {window.name}"
+        for name, quotas in window.departments.items():
+            yield from ((m, f"department {name}{where}") for m in quotas)
+        for name, change in window.teams.items():
+            yield from ((m, f"team {name}{where}") for m in change.quotas)
+        if window.default_team is not None:
+            yield from ((m, f"the default team{where}") for m in window.default_team.quotas)
