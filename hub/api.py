@@ -56,7 +56,7 @@ from hub.serviceapi import add_service_routes
 from hub.tokenapi import add_token_routes
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
 from schemas.burst import InstanceEvent
-from schemas.errors import first_problem
+from schemas.errors import first_problem, in_model
 
 log = structlog.get_logger(__name__)
 
@@ -119,7 +119,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         field, text = first_problem(exc.errors())
         code = _invalid_code(request.url.path, first)
         if code == "invalid_policy":  # every problem, named as `gpufed hub --policy` does
-            errors = [{**e, "loc": _in_body(e["loc"])} for e in exc.errors()]
+            errors = [{**e, "loc": in_model(e["loc"])} for e in exc.errors()]
             text = describe_errors(errors, exc.body)
         return _error(422, code, text[:2000], field)
 
@@ -353,11 +353,6 @@ def _invalid_code(path: str, error: dict[str, Any]) -> str:
     if path.startswith(("/v1/workloads", "/v1/services")):
         return "invalid_workload"  # a workload's spec, or a service's (its replicas' spec)
     return "invalid_request"
-
-
-def _in_body(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A request validation error's place within the JSON body (FastAPI puts "body" first)."""
-    return loc[1:] if loc[:1] == ("body",) else loc
 
 
 def _error(

@@ -63,16 +63,18 @@ class GpufedError(Exception):
 _REQUEST_PARTS = frozenset({"body", "query", "path", "header"})
 
 
+def in_model(loc: Sequence[Any]) -> tuple[Any, ...]:
+    """A problem's place in the model: `loc` without FastAPI's leading `body`, `query`..."""
+    return tuple(loc[1:]) if loc[:1] and loc[0] in _REQUEST_PARTS else tuple(loc)
+
+
 def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:
     """pydantic's validation problems as (the field at fault, a sentence about the first,
     counting the rest): "name: must be lower-case letters, ... (not 'Hello_1')"."""
     if not errors:
         return None, "invalid"
     first = errors[0]
-    loc = [str(part) for part in first.get("loc", ())]
-    if loc and loc[0] in _REQUEST_PARTS:
-        loc = loc[1:]
-    field = ".".join(loc) or None
+    field = ".".join(str(part) for part in in_model(first.get("loc", ()))) or None
     message = problem_sentence(first)
     text = f"{field}: {message}" if field else message
     more = len(errors) - 1
