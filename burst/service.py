@@ -37,6 +37,7 @@ from burst.errors import BurstError, InsufficientCapacityError
 from burst.fleet import InstanceRecord, cloud_fleet, still_listed
 from burst.ports import CredentialIssuer, InstanceInfo, LaunchRequest, Provisioner
 from burst.settings import BurstSettings
+from burst.verdicts import SkipReports
 from bus.client import Bus
 from bus.tasks import pause, supervise, unless_stopped
 from schemas import subjects
@@ -89,7 +90,7 @@ class BurstController:
         self._wake = asyncio.Event()
         self._accrued_at = 0.0
         self._next_reconcile = 0.0
-        self._last_skips: tuple[tuple[str, str, int], ...] = ()
+        self.skips = SkipReports(bus, provider.name)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Connect, load the hub's record of the fleet, reconcile it, then plan every tick.
@@ -154,7 +155,7 @@ class BurstController:
             now,
             self.settings.id_prefix,
         )
-        self._log_skips(plan)
+        await self.skips.report(plan, now)
         launched = [launch for launch in plan.launches if await self._launch(launch, now)]
         terminated = [t for t in plan.terminations if await self._terminate(t, now)]
         done = replace(plan, launches=tuple(launched), terminations=tuple(terminated))
@@ -464,17 +465,3 @@ class BurstController:
         await self.bus.publish_durable(
             BURST_INSTANCES, event.model_dump_json().encode(), msg_id=msg_id
         )
-
-    def _log_skips(self, plan: BurstPlan) -> None:
-        """Log why demand got no instance, once per change (not every tick)."""
-        skips = tuple((s.item.team, s.reason.value, s.count) for s in plan.skipped)
-        if skips != self._last_skips:
-            self._last_skips = skips
-            for skip in plan.skipped:
-                log.info(
-                    "burst_demand_skipped",
-                    team=skip.item.team,
-                    reason=skip.reason.value,
-                    count=skip.count,
-                    detail=skip.message,
-                )

@@ -38,12 +38,14 @@ def hub_permissions() -> Permissions:
 
 
 def burst_permissions() -> Permissions:
-    """The burst controller: reads capacity and demand, asks the hub for state, reports
-    its instances on the burst stream. It cannot command a spoke or speak as one."""
+    """The burst controller: reads capacity and demand, asks the hub for state, reports its
+    instances on the burst stream and why it rents none for waiting work. It cannot command
+    a spoke or speak as one."""
     return Permissions(
         pub_allow=(
             burst.BURST_STATE,
             burst.BURST_INSTANCES,
+            burst.BURST_VERDICTS,
             f"{_JS}.STREAM.INFO.{burst.BURST_STREAM}",
         ),
         sub_allow=(

@@ -239,6 +239,8 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"  why:    {r['message'] or 'not looked at yet'} [{r['reason'] or '-'}]")
         if r.get("cloud_instance"):
             print(f"  cloud:  {r['cloud_instance']}, starting for it")
+        elif r.get("cloud_refused"):
+            print(f"  cloud:  none rented: {r['cloud_refused']}")
     elif r["message"]:
         print(f"  result: {r['message']}")
     print("  history:")
@@ -394,8 +396,11 @@ def _note(r: dict[str, Any]) -> str:
     """The jobs table's last column: why it waits, why it failed (its log: `gpufed logs`), or
     its URL and how long its GPUs sat idle."""
     if r["phase"] == "queued":
-        cloud = r.get("cloud_instance")
-        return f"{r['message']}; cloud instance {cloud}" if cloud else str(r["message"])
+        if r.get("cloud_instance"):
+            return f"{r['message']}; cloud instance {r['cloud_instance']}"
+        if r.get("cloud_refused"):
+            return f"{r['message']}; no cloud instance: {r['cloud_refused']}"
+        return str(r["message"])
     if r["phase"] == "failed":
         return "; ".join(p for p in str(r["message"]).split("; ") if not p.startswith("log "))
     parts = [f"GPUs idle {age(r['idle_s'])}"] if r.get("idle_s") is not None else []

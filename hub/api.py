@@ -90,13 +90,14 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
     app.state.security = sec
 
     def _out(record: WorkloadRecord) -> WorkloadOut:
-        queued = record.phase == Phase.QUEUED
+        queued, now = record.phase == Phase.QUEUED, hub.clock()
         return WorkloadOut.of(
             record,
             priority=hub.policy.priority(record.spec.priority_class),
             position=hub.positions.get(record.id) if queued else None,
-            idle_s=flagged_idle_s(hub.state, record, hub.clock()),
-            cloud_instance=starting_for(hub.instances, record.id, hub.clock()) if queued else None,
+            idle_s=flagged_idle_s(hub.state, record, now),
+            cloud_instance=starting_for(hub.instances, record.id, now) if queued else None,
+            cloud_refused=hub.state.verdicts.refused_for(record.id, now) if queued else None,
         )
 
     @app.exception_handler(Unauthenticated)

@@ -38,6 +38,11 @@ class WorkloadOut(WorkloadRecord):
         default=None,
         description="queued: the cloud instance burst is starting for it, and since when",
     )
+    cloud_refused: str | None = Field(
+        default=None,
+        description="queued: why the burst controller rents no cloud instance for it "
+        "(its latest round's word, with the reason's code in brackets)",
+    )
 
     @classmethod
     def of(
@@ -47,9 +52,11 @@ class WorkloadOut(WorkloadRecord):
         position: int | None = None,
         idle_s: float | None = None,
         cloud_instance: str | None = None,
+        cloud_refused: str | None = None,
     ) -> WorkloadOut:
         data = record.model_dump()
         data["cloud_instance"] = cloud_instance
+        data["cloud_refused"] = cloud_refused
         data["priority"] = priority
         data["position"] = position
         data["idle_s"] = None if idle_s is None else round(idle_s, 1)

@@ -40,7 +40,7 @@ from schemas import (
     parse_events,
     subjects,
 )
-from schemas.burst import BurstStateReply, InstanceEvent
+from schemas.burst import BurstStateReply, BurstVerdicts, InstanceEvent
 
 log = structlog.get_logger(__name__)
 
@@ -157,6 +157,16 @@ class Handlers(Intake):
             instance_type=event.instance_type,
             team=event.team,
         )
+
+    async def on_burst_verdicts(self, msg: Msg) -> None:
+        """`burst.verdicts`: why a burst controller's latest round rents nothing for waiting
+        work; replaces that controller's previous word (`hub.cloudwait.Verdicts`)."""
+        try:
+            verdicts = BurstVerdicts.model_validate_json(msg.data)
+        except ValidationError as exc:
+            self._malformed(msg, exc)
+            return
+        self.state.verdicts.update(verdicts)
 
     async def on_burst_state(self, msg: Msg) -> None:
         """`burst.state`: the latest event of every burst instance, oldest first."""

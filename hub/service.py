@@ -154,6 +154,7 @@ class HubService(HubView):
             await nc.subscribe(subjects.CAPACITY_SUBJECTS, cb=h.on_capacity),
             await nc.subscribe(subjects.SYNC_SUBJECTS, cb=h.on_sync),
             await nc.subscribe(burst.BURST_STATE, cb=h.on_burst_state),
+            await nc.subscribe(burst.BURST_VERDICTS, cb=h.on_burst_verdicts),
         ]
         events = self.bus.consume_batches(
             subjects.EVENTS_STREAM,

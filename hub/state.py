@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from hub.authstore import AuditEntry
+from hub.cloudwait import Verdicts
 from hub.core.idle import Activity
 from hub.core.model import RunningWorkload, Unplaced
 from hub.core.policy import Policy
@@ -45,6 +46,8 @@ class HubState:
     spokes: dict[str, SpokeRecord] = field(default_factory=dict)
     instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
     bills: dict[str, InstanceBill] = field(default_factory=dict)  # what each instance costs
+    # Each burst controller's latest word on why it rents nothing for waiting work, by provider.
+    verdicts: Verdicts = field(default_factory=Verdicts)
     # The last cycle's queue order: what its plan left pending, in the order it looked at them.
     queue: Sequence[Unplaced] = ()
     metrics: HubMetrics = field(default_factory=HubMetrics)

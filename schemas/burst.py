@@ -13,6 +13,8 @@ from schemas.workloads import MAX_GPUS_PER_NODE, MAX_NODES, GpuModel
 BURST_DEMAND = "gpufed.v1.burst.demand"
 #: Burst -> hub: lifecycle of the cloud instances burst launched.
 BURST_INSTANCES = "gpufed.v1.burst.instances"
+#: Burst -> hub: why its latest round rents nothing for waiting work (`BurstVerdicts`).
+BURST_VERDICTS = "gpufed.v1.burst.verdicts"
 
 MAX_DEMAND_ITEMS = 1024
 MAX_WORKLOAD_IDS = 256
@@ -157,3 +159,23 @@ class BurstStateReply(WireModel):
     """The latest event of every burst instance the hub has recorded, oldest first."""
 
     instances: tuple[InstanceEvent, ...] = Field(default=(), max_length=100_000)
+
+
+class BurstVerdict(WireModel):
+    """Why a round of the burst controller rents no instance for these waiting workloads."""
+
+    reason: str = Field(min_length=1, max_length=32, pattern=r"^[a-z_]+$")
+    message: ShortText
+    workload_ids: tuple[Identifier, ...] = Field(default=(), max_length=MAX_WORKLOAD_IDS)
+
+
+class BurstVerdicts(WireModel):
+    """Every verdict of one controller's latest round; each replaces that controller's last.
+
+    Core NATS, not durable: sent when they change and every few seconds while there are any,
+    so a hub that missed one (or restarted) has them again soon; the hub forgets a
+    controller's verdicts that stop coming (`hub.cloudwait.VERDICTS_FRESH_S`)."""
+
+    provider: str = Field(min_length=1, max_length=32)
+    at: float = Field(description="Burst service clock, seconds since the epoch.")
+    verdicts: tuple[BurstVerdict, ...] = Field(default=(), max_length=MAX_DEMAND_ITEMS)

@@ -347,20 +347,21 @@ class _LaunchPlanner:
     ) -> None:
         by_item: dict[tuple[int, SkipReason, str], list[Work]] = {}
         for work in pending:
-            reason, message = self._why_unserved(team, work, fitting, open_offers)
+            model = entries[owner[work.order]][0].gpu_model or ""
+            reason, message = self._why_unserved(team, work, model, fitting, open_offers)
             by_item.setdefault((owner[work.order], reason, message), []).append(work)
         for (index, reason, message), works in by_item.items():
             ids = tuple(w.workload_id for w in works if w.workload_id is not None)
             self._skip(entries[index][0], reason, message, len(works), ids)
 
     def _why_unserved(
-        self, team: str, work: Work, fitting: list[Offer], open_offers: list[Offer]
+        self, team: str, work: Work, model: str, fitting: list[Offer], open_offers: list[Offer]
     ) -> tuple[SkipReason, str]:
         def fits(offer: Offer) -> bool:
             return work.fraction is not None or work.gpus_per_node <= offer.gpu_count
 
         if not any(fits(offer) for offer in fitting):
-            shape = f"{work.nodes}x{work.gpus_per_node} GPUs"
+            shape = f"{work.nodes}x{work.gpus_per_node} {model} GPUs".replace("  ", " ")
             return SkipReason.NO_OFFER, f"no catalog offer fits {shape} in an allowed region"
         candidates = sorted(
             (o for o in open_offers if fits(o)), key=lambda o: (o.price_per_hour, o.key)

@@ -8,7 +8,7 @@ from typing import Any
 
 from hub.core.policy import Policy, Quota, Team
 from schemas import Phase
-from schemas.burst import InstanceState
+from schemas.burst import BURST_VERDICTS, BurstVerdict, BurstVerdicts, InstanceState
 from tests.browser.conftest import LiveHub
 from tests.integration.fed import nodes
 from tests.support.instances import publish_instance
@@ -130,10 +130,23 @@ async def test_every_console_page_shows_the_live_federation(
     await publish_instance(
         hub.bus, "burst-test-2", InstanceState.REQUESTED, time.time(), workload_ids=(wait_b,)
     )
+    # And one it rents nothing for says why, in the controller's words.
+    refused = BurstVerdict(reason="team_budget_spent", message="team vision spent $5.00 of $5.00")
+    verdicts = BurstVerdicts(
+        provider="local",
+        at=time.time(),
+        verdicts=(refused.model_copy(update={"workload_ids": (wait_a,)}),),
+    )
+    await hub.bus.publish(BURST_VERDICTS, verdicts.model_dump_json().encode())
     await page.click("nav a[href='/queue']")
     await page.wait_for_selector(f"#queue tr[data-id='{wait_b}']:has-text('cloud instance')")
     assert "; cloud instance burst-test-2 (sim.l4x2, 2 L4), asked for" in await page.inner_text(
         f"#queue tr[data-id='{wait_b}']"
+    )
+    await page.wait_for_selector(f"#queue tr[data-id='{wait_a}']:has-text('no cloud instance')")
+    assert (
+        "; no cloud instance: team vision spent $5.00 of $5.00 [team_budget_spent]"
+        in await page.inner_text(f"#queue tr[data-id='{wait_a}']")
     )
 
     api_calls = [r for r in requests if "/v1/" in r.url]

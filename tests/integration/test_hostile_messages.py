@@ -6,7 +6,7 @@ import pytest
 
 from bus.client import Bus
 from schemas import CapacityReport, Phase, subjects
-from schemas.burst import BURST_STATE
+from schemas.burst import BURST_STATE, BURST_VERDICTS
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
@@ -25,11 +25,14 @@ async def test_hostile_payloads_on_every_subject_are_survived(fed: InProcessFede
     before = hub.counters["malformed"]
     for payload in (NESTED, HUGE, NUL):
         await bus.publish(subjects.capacity("eu-1"), payload)
+        await bus.publish(BURST_VERDICTS, payload)
         await bus.publish_durable(subjects.events("eu-1"), payload, f"bad-{len(payload)}")
         for subject in (subjects.sync("eu-1"), subjects.SUBMIT, BURST_STATE):
             await bus.nc.request(subject, payload, timeout=5)  # answered, not crashed
         await bus.publish_durable(subjects.commands("eu-1"), payload, f"badcmd-{len(payload)}")
-    await wait_until(lambda: hub.counters["malformed"] - before >= 9, 20, "9 malformed at the hub")
+    await wait_until(
+        lambda: hub.counters["malformed"] - before >= 12, 20, "12 malformed at the hub"
+    )
     await wait_until(lambda: spoke.counters["malformed"] >= 3, 20, "3 malformed commands")
     # Both still work.
     wid = await fed.submit(name="after", team="t", command=["true"])

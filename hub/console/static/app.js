@@ -118,10 +118,12 @@ async function queue() {
   "Nothing is waiting.");
 }
 
-// The hub's sentence, and the cloud instance burst is starting for it, as `gpufed jobs` says.
+// The hub's sentence, and the cloud instance burst is starting for it (or why it rents
+// none), as `gpufed jobs` says.
 function whyWaits(r) {
   const why = r.message || "not looked at yet";
-  return r.cloud_instance ? why + "; cloud instance " + r.cloud_instance : why;
+  if (r.cloud_instance) return why + "; cloud instance " + r.cloud_instance;
+  return r.cloud_refused ? why + "; no cloud instance: " + r.cloud_refused : why;
 }
 
 let selectedJob = null;

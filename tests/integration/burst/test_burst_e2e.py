@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from burst.catalog import load_catalog
 from burst.providers.local import STATE_FILE, LocalProvider
 from bus.processes import stop_process
+from gpufed.cli import main
 from gpufed.client import HubClient
 from gpufed.up import Federation, SimSpoke
 from hub.core.spend import month_start
@@ -176,6 +177,28 @@ def test_work_bursts_to_a_cloud_spoke_that_is_released_when_idle(burst: Burst) -
     assert row["burst_spend_month"] == pytest.approx(bill["cost"], abs=1e-6)
     assert usage["totals"]["cloud_cost"] == pytest.approx(bill["cost"], abs=1e-6)
     assert cloud_spend_metric(burst.fed.api_url) == pytest.approx({"ml": bill["cost"]}, abs=1e-6)
+
+
+def test_work_no_catalog_offer_fits_says_why_no_cloud_instance_comes(
+    burst: Burst, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Work that neither on-prem nor the catalog (L4 only) can serve: `gpufed explain`, `jobs`
+    and the API say why burst rents nothing for it, in the controller's words."""
+    client = burst.client
+    assert client is not None
+    spec = {"name": "big", "team": "ml", "gpu_models": ["H100"], "command": ["true"]}
+    wid = client.submit(spec)["id"]
+    said = "no catalog offer fits 1x1 H100 GPUs in an allowed region [no_offer]"
+    burst.until(lambda: client.workload(wid)["cloud_refused"] == said, 30, "burst's verdict")
+    monkeypatch.setenv("GPUFED_API", burst.fed.api_url)
+    monkeypatch.setenv("GPUFED_TOKEN", burst.fed.admin_token)
+    capsys.readouterr()
+    assert main(["explain", wid]) == 0
+    assert f"  cloud:  none rented: {said}\n" in capsys.readouterr().out
+    assert main(["jobs"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if wid in line)
+    assert row.endswith(f"; no cloud instance: {said}"), row
+    assert burst.instances() == []  # and it rented nothing
 
 
 def cloud_spend_metric(api_url: str) -> dict[str, float]:
