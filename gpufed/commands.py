@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from gpufed.client import ApiError, HubClient
-from gpufed.policy_check import unknown_models
+from gpufed.policy_check import overlapping_windows, unknown_models
 from gpufed.policy_view import policy_in_force
 from gpufed.session_cmd import age
 from gpufed.when import parse_when
@@ -295,7 +295,7 @@ def _policy(args: argparse.Namespace) -> int:
     result = args.client.set_policy(document)
     print(f"policy in force: {len(result.get('teams', []))} teams")
     fleet = {model for spoke in args.client.spokes() for model in spoke.get("gpus", {})}
-    for line in unknown_models(result, fleet):
+    for line in [*unknown_models(result, fleet), *overlapping_windows(result, time.time())]:
         print(f"gpufed policy set: warning: {line}", file=sys.stderr)
     return 0
 

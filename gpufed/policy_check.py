@@ -1,4 +1,5 @@
-"""`gpufed policy set`'s warnings: quotas for GPU models no spoke has.
+"""`gpufed policy set`'s warnings: quotas for GPU models no spoke has, and time windows
+that overlap (the first listed wins, so the other does not apply there).
 
 A quota key is the model's name as spokes report it, case and all: `h100` is another model
 than `H100`, and a team given `h100: {guaranteed: 16}` has no H100 guarantee. The hub cannot
@@ -10,9 +11,11 @@ loader) and the models in the fleet.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from hub.core.policy import ANY_MODEL, Policy
+from hub.core.windows import shadowed
 from hub.policyfile import policy_from_dict
 from schemas.common import nearest_name
 
@@ -30,6 +33,28 @@ def unknown_models(document: Mapping[str, Any], fleet: Collection[str]) -> list[
         line = f"no spoke has GPU model {model} now (quotas of {', '.join(used[model])})"
         near = nearest_name(model, fleet)
         lines.append(f"{line}; did you mean {near}?" if near else line)
+    return lines
+
+
+def overlapping_windows(document: Mapping[str, Any], now: float) -> list[str]:
+    """One line per two windows in force at once: the later one does not apply there (when
+    it first happens from `now`, in its own zone), or at all."""
+    policy = policy_from_dict(dict(document))
+    zones = {w.name: (w.zone, w.timezone) for w in policy.windows}
+    lines = []
+    for first, later, since, never in shadowed(policy, now):
+        if never:
+            lines.append(
+                f"window {later} never applies: window {first}, listed before it, is in force "
+                "whenever it is"
+            )
+            continue
+        zone, name = zones[later]
+        when = datetime.fromtimestamp(since, zone).strftime("%a %H:%M")
+        lines.append(
+            f"windows {first} and {later} are both in force at times (first at {when} {name}); "
+            f"{first}, listed first, applies then"
+        )
     return lines
 
 

@@ -11,6 +11,8 @@ inference and dev guarantees up. Everything here is a pure function of the polic
   so the hub can run a cycle there and reclaim under the new guarantees.
 - `check_windows(policy)`: what is wrong with the windows (unknown names, a window that would
   make the policy invalid while in force).
+- `shadowed(policy, now)`: windows in force at once, where the one listed later does not apply
+  (allowed, as the first wins, but seldom what was meant: `gpufed policy set` warns).
 """
 
 from __future__ import annotations
@@ -94,6 +96,23 @@ def next_change(policy: Policy, now: float) -> float | None:
             if boundary > now and (best is None or boundary < best):
                 best = boundary
     return best
+
+
+def shadowed(policy: Policy, now: float) -> list[tuple[str, str, float, bool]]:
+    """(first, later, since, never) for every two windows in force at once in the week from
+    `now`: `later` is listed after `first`, so it does not apply there from `since` (the first
+    such instant); `never` when `later` applies nowhere in that week. The schedule repeats
+    weekly, so a week (and a day for windows past midnight) shows every overlap."""
+    found: dict[tuple[str, str], float] = {}
+    applies: set[str] = set()
+    moment: float | None = now
+    while moment is not None and moment <= now + 8 * DAY_S:
+        live = [w.name for w in policy.windows if in_force(w, moment)]
+        applies.update(live[:1])
+        for later in live[1:]:
+            found.setdefault((live[0], later), moment)
+        moment = next_change(policy, moment)
+    return [(first, later, since, later not in applies) for (first, later), since in found.items()]
 
 
 def check_windows(policy: Policy) -> list[str]:

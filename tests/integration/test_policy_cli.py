@@ -60,3 +60,20 @@ def test_a_token_for_a_team_the_policy_does_not_list_is_warned_of(
     )
     assert main([*argv, "nlp"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_window_listed_after_one_in_force_whenever_it_is_is_warned_of(
+    fed: Federation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "teams: [{name: vision}]\n"
+        "windows:\n"
+        "  - {name: always, start: '00:00', end: '24:00'}\n"
+        "  - {name: night, start: '22:00', end: '06:00', teams: {vision: {weight: 3}}}\n"
+    )
+    assert main(["policy", "set", str(policy)]) == 0  # set as written: the first window wins
+    assert capsys.readouterr().err == (
+        "gpufed policy set: warning: window night never applies: window always, listed before "
+        "it, is in force whenever it is\n"
+    )

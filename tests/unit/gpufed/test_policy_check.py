@@ -3,7 +3,7 @@ team no H100 guarantee at all), naming where each is used and what it likely mea
 
 from __future__ import annotations
 
-from gpufed.policy_check import unknown_models
+from gpufed.policy_check import overlapping_windows, unknown_models
 
 POLICY = {
     "departments": [{"name": "research", "quotas": {"H100": {"guaranteed": 8}}}],
@@ -28,3 +28,28 @@ def test_each_model_no_spoke_has_is_named_with_its_users_and_nearest_model() -> 
 def test_nothing_to_say_when_every_model_is_there_or_no_spoke_has_reported() -> None:
     assert unknown_models(POLICY, {"H100", "h100", "A100", "a100", "B200", "A10O"}) == []
     assert unknown_models(POLICY, set()) == []
+
+
+def test_windows_in_force_at_once_are_named_with_when_and_which_applies() -> None:
+    workday = {"name": "workday", "timezone": "Europe/Berlin", "days": "weekdays"}
+    document = {
+        "teams": [{"name": "serving"}],
+        "windows": [
+            {**workday, "start": "08:00", "end": "20:00"},
+            {"name": "evening", "timezone": "Europe/Berlin", "start": "18:00", "end": "23:00"},
+            {
+                "name": "friday",
+                "timezone": "Europe/Berlin",
+                "days": ["fri"],
+                "start": "09:00",
+                "end": "17:00",
+            },
+        ],
+    }
+    sunday_noon_berlin = 1796554800.0  # 2026-12-06 12:00 +01:00
+    assert overlapping_windows(document, sunday_noon_berlin) == [
+        "windows workday and evening are both in force at times (first at Mon 18:00 "
+        "Europe/Berlin); workday, listed first, applies then",
+        "window friday never applies: window workday, listed before it, is in force whenever it is",
+    ]
+    assert overlapping_windows({"teams": [], "windows": [document["windows"][0]]}, 0.0) == []

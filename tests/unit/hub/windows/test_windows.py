@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hub.core.policy import Quota
-from hub.core.windows import active_window, next_change, policy_at
+from hub.core.windows import active_window, next_change, policy_at, shadowed
 from hub.policyfile import PolicyError, load_policy, policy_from_dict, policy_to_dict
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -193,3 +193,29 @@ def test_next_change_holds_across_daylight_saving_changes(day: datetime) -> None
             assert active_window(policy, step) == before, (minute, step)
             step += 60.0
         assert active_window(policy, change - 1e-3) == before
+
+
+OVERLAPPING = """
+teams: [{name: serving}]
+windows:
+  - {name: workday, timezone: Europe/Berlin, days: weekdays, start: "08:00", end: "20:00"}
+  - {name: evening, timezone: Europe/Berlin, days: daily, start: "18:00", end: "23:00"}
+  - {name: always, timezone: UTC, start: "00:00", end: "24:00"}
+  - {name: weekend, timezone: UTC, days: weekends, start: "10:00", end: "12:00"}
+"""
+
+
+def test_windows_in_force_at_once_are_found_with_the_first_instant_and_the_never_applying() -> None:
+    sunday_noon = at(2026, 12, 6, 12)
+    assert shadowed(load_policy(DAY_AND_NIGHT), sunday_noon) == []
+    found = {
+        (a, b): (since, never)
+        for a, b, since, never in shadowed(load_policy(OVERLAPPING), sunday_noon)
+    }
+    assert found == {
+        # Monday 18:00 Berlin: the first weekday evening (Sunday's evening is evening's alone)
+        ("workday", "evening"): (at(2026, 12, 7, 18), False),
+        ("evening", "always"): (sunday_noon + 6 * 3600, False),
+        ("workday", "always"): (at(2026, 12, 7, 8), False),
+        ("always", "weekend"): (sunday_noon, True),  # Sunday 10:00-12:00 UTC, in force now
+    }
