@@ -8,6 +8,7 @@ Request and response bodies are typed (`hub.apimodels`), so /openapi.json carrie
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import structlog
@@ -26,6 +27,7 @@ from hub.apimodels import (
     WorkloadOut,
     error_responses,
 )
+from hub.authstore import AuditEntry
 from hub.cloudwait import starting_for
 from hub.console import mount_console
 from hub.core.access import Action, Principal, allowed, permitted_teams
@@ -140,7 +142,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         responses=error_responses(403, 429),
     )
     async def submit(spec: WorkloadSpec, who: Caller) -> WorkloadOut:
-        what = f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s)"
+        what = _what(spec)
         if not allowed(who, Action.SUBMIT, spec.team):
             await sec.auditor.record(who, "submit", team=spec.team, result="denied", detail=what)
             raise Forbidden(_refusal(who, "submit work for", spec.team), field="team")
@@ -185,12 +187,21 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             if not allowed(who, Action.SUBMIT, team):
                 await sec.auditor.record(who, "submit", team=team, result="denied", detail="batch")
                 raise Forbidden(_refusal(who, "submit work for", team), field="team")
-        reply = await hub.handlers.submit_batch(body, who.user)
+
+        def entry(spec: WorkloadSpec, target: str, result: str = "ok") -> AuditEntry:
+            detail = f"{_what(spec)} (batch)"
+            return sec.auditor.entry(
+                who, "submit", team=spec.team, target=target, result=result, detail=detail
+            )
+
+        async def refused(specs: Sequence[tuple[WorkloadSpec, str]]) -> None:
+            await sec.auditor.append_all([entry(spec, "", code) for spec, code in specs])
+
+        # Each workload's entry is saved with it, under its team (a team-admin reads it).
+        reply = await hub.handlers.submit_batch(body, who.user, audit=entry, on_refused=refused)
         if reply.error is not None:
             status = 413 if reply.error.code == "batch_too_large" else 400
             return _error(status, reply.error.code, reply.error.message, reply.error.field)
-        stored = sum(1 for r in reply.results if r.workload_id)
-        await sec.auditor.record(who, "submit", target="batch", detail=f"{stored} workloads")
         return reply.model_dump(mode="json", exclude={"schema_version", "error"})
 
     @app.get("/v1/workloads", response_model=list[WorkloadOut], responses=error_responses(403))
@@ -305,6 +316,11 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
 
     app.add_middleware(BodyLimits, exempt=(GATEWAY_PREFIX,))
     return app
+
+
+def _what(spec: WorkloadSpec) -> str:
+    """A submission in the audit log's words: name, class and GPUs."""
+    return f"{spec.name} {spec.priority_class} {spec.total_gpus:g} GPU(s)"
 
 
 def _refusal(who: Principal, what: str, team: str) -> str:

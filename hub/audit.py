@@ -50,7 +50,31 @@ class Auditor:
         actor: str | None = None,
     ) -> None:
         """Append one entry; a failure to write is logged, never raised to the caller."""
-        entry = AuditEntry(
+        await self.append(
+            self.entry(
+                principal,
+                action,
+                team=team,
+                target=target,
+                result=result,
+                detail=detail,
+                actor=actor,
+            )
+        )
+
+    def entry(
+        self,
+        principal: Principal | None,
+        action: str,
+        *,
+        team: str | None = None,
+        target: str = "",
+        result: str = "ok",
+        detail: str = "",
+        actor: str | None = None,
+    ) -> AuditEntry:
+        """The entry `record` appends, made now (to be saved with what it records)."""
+        return AuditEntry(
             at=self._clock(),
             actor=actor or (principal.user if principal else "anonymous"),
             role=principal.role_label if principal else "none",
@@ -60,16 +84,24 @@ class Auditor:
             result=result[:64],
             detail=detail[:MAX_DETAIL],
         )
-        await self.append(entry)
 
     async def append(self, entry: AuditEntry) -> None:
         """Append an entry made here (`nats_entry`); as `record`, a failure is only logged."""
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append((entry, done))
-        if self._writer is None or self._writer.done():
+        await self.append_all([entry])
+
+    async def append_all(self, entries: Sequence[AuditEntry]) -> None:
+        """Append entries made here, written together; as `record`, a failure is only logged."""
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[bool]] = []
+        for entry in entries:
+            done: asyncio.Future[bool] = loop.create_future()
+            self._waiting.append((entry, done))
+            waits.append(done)
+        if waits and (self._writer is None or self._writer.done()):
             # Its own task: a caller that goes away must not cancel the others' write.
             self._writer = asyncio.create_task(self._write_queued(), name="hub-audit")
-        await done
+        for done in waits:
+            await done
 
     async def _write_queued(self) -> None:
         while self._waiting:

@@ -240,6 +240,17 @@ class Intake:
         entry_for = self.state.submit_audit
         return None if entry_for is None else (lambda spec, wid: entry_for(spec, wid, "ok"))
 
+    async def _tell_refused(self, refused: Sequence[tuple[WorkloadSpec, str]]) -> None:
+        """Tell the submit listeners (the audit log) of specs over NATS policy refused,
+        together (the audit log writes entries that arrive together in one transaction)."""
+        await asyncio.gather(
+            *(
+                listener(spec, None, code)
+                for spec, code in refused
+                for listener in self.state.submit_listeners
+            )
+        )
+
     def _refused(self) -> None:
         self.state.counters["submit_invalid"] += 1
         self.state.metrics.rejections.labels("submit").inc()
@@ -247,7 +258,9 @@ class Intake:
     async def on_submit_batch(self, msg: Msg) -> None:
         """`submit_batch`: a JSON list of WorkloadSpec in, a SubmitBatchReply out."""
         try:
-            reply = await self.submit_batch(msg.data)
+            reply = await self.submit_batch(
+                msg.data, audit=self._accepted_entry(), on_refused=self._tell_refused
+            )
         except Exception:
             log.exception("submit_batch_failed")
             error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
@@ -255,10 +268,18 @@ class Intake:
         if msg.reply:
             await msg.respond(reply.model_dump_json().encode())
 
-    async def submit_batch(self, body: bytes | str, user: str = "") -> SubmitBatchReply:
+    async def submit_batch(
+        self,
+        body: bytes | str,
+        user: str = "",
+        audit: Callable[[WorkloadSpec, str], AuditEntry] | None = None,
+        on_refused: Callable[[Sequence[tuple[WorkloadSpec, str]]], Awaitable[None]] | None = None,
+    ) -> SubmitBatchReply:
         """Validate each spec of a JSON list on its own; store the valid ones together.
 
         A body that is not a list, or holds more than MAX_BATCH specs, is refused whole.
+        `audit`: the entry of each accepted spec (spec, workload id), saved with it;
+        `on_refused`: told, once, the valid specs policy refused, each with its error code.
         """
         try:
             items = json.loads(body)
@@ -293,7 +314,8 @@ class Intake:
                 replies.append(SubmitReply(ok=False, error=validation_error(exc)))
         if self._submit_many is None:
             raise RuntimeError("this hub takes no batches")
-        outcomes = iter(await self._submit_many(specs, user))
+        taken = await self._submit_many(specs, user, audit=audit)
+        outcomes = iter(taken)
         results: list[SubmitReply] = []
         for reply in replies:
             if reply is None:
@@ -303,6 +325,11 @@ class Intake:
                 else:
                     reply = SubmitReply(ok=True, workload_id=outcome.id)
             results.append(reply)
+        turned_down = [
+            (spec, o.code) for spec, o in zip(specs, taken, strict=True) if isinstance(o, HubError)
+        ]
+        if on_refused is not None and turned_down:
+            await on_refused(turned_down)
         accepted = sum(r.ok for r in results)
         refused = len(results) - accepted
         self.state.counters["submit_invalid"] += refused

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bus.client import Bus
-from schemas import SubmitReply, subjects
+from schemas import SubmitBatchReply, SubmitReply, subjects
 from tests.integration.fed import InProcessFederation
 
 OWN, OTHER = "vision", "nlp"
@@ -322,3 +322,28 @@ async def test_openapi_carries_request_and_response_schemas(callers: Callers) ->
             if method in ("post", "put"):
                 assert "requestBody" in operation, (method, path)
     assert "WorkloadSpec" in schema["components"]["schemas"]
+
+
+async def test_a_batch_is_audited_per_workload_under_its_team(callers: Callers) -> None:
+    specs = [job(OWN, "b1"), job(OWN, "b2"), job(OWN, "vip", priority_class="vip")]
+    reply = await callers["member"].post("/v1/workloads:batch", json=specs)
+    assert reply.status_code == 200, reply.text
+    rest_ids = {r["workload_id"] for r in reply.json()["results"][:2]}
+    bus = Bus(callers.fed.tool_settings())
+    await bus.connect()
+    try:
+        payload = json.dumps([job(OWN, "n1"), job(OWN, "n2")]).encode()
+        msg = await bus.nc.request(subjects.SUBMIT_BATCH, payload, 5)
+    finally:
+        await bus.close()
+    nats_ids = {r.workload_id for r in SubmitBatchReply.model_validate_json(msg.data).results}
+    assert None not in rest_ids | nats_ids
+    # The team's admin reads who submitted each workload of the batch, as for one submission.
+    entries = (await callers["team-admin"].get("/v1/audit", params={"action": "submit"})).json()
+    by_target = {e["target"]: e for e in entries}
+    assert rest_ids | nats_ids <= by_target.keys()
+    assert {by_target[i]["actor"] for i in rest_ids} == {"mia"}
+    assert {by_target[i]["actor"] for i in nats_ids} == {"nats"}
+    assert all(by_target[i]["team"] == OWN and by_target[i]["result"] == "ok" for i in rest_ids)
+    refused = [e for e in entries if e["detail"].startswith("vip ")]
+    assert [(e["actor"], e["result"]) for e in refused] == [("mia", "invalid_workload")]
