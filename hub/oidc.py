@@ -25,15 +25,24 @@ from typing import Any
 
 import jwt
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hub.core.access import Principal, Role, merge_roles
+from hub.errors import HubError
 from hub.tokens import InvalidToken
 from schemas.common import DNS_LABEL_PATTERN
+from schemas.errors import first_problem
 
 #: Asymmetric algorithms only: a shared-secret HS256 token could be forged by anyone who
 #: holds the JWKS.
 ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "EdDSA")
+
+
+class InvalidOidcConfig(HubError):
+    """An `--oidc-config` (or the JWKS file it names) the hub cannot use: said in one line at
+    start, naming the file and what is wrong."""
+
+    code = "invalid_oidc_config"
 
 
 class GroupGrant(BaseModel):
@@ -73,11 +82,25 @@ class OidcSettings(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> OidcSettings:
-        """Read the YAML configuration file; raises ValueError naming what is wrong."""
-        data = yaml.safe_load(path.read_text()) or {}
+        """Read the YAML configuration file; raises InvalidOidcConfig naming what is wrong."""
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise InvalidOidcConfig(f"--oidc-config {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or "cannot be parsed"
+            raise InvalidOidcConfig(
+                f"--oidc-config {path}: not valid YAML{at}: {problem}"
+            ) from None
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping")
-        settings = cls.model_validate(data)
+            raise InvalidOidcConfig(f"--oidc-config {path}: expected a mapping")
+        try:
+            settings = cls.model_validate(data)
+        except ValidationError as exc:
+            _, problem = first_problem(exc.errors())
+            raise InvalidOidcConfig(f"--oidc-config {path}: {problem}") from None
         if settings.jwks_file is not None and not settings.jwks_file.is_absolute():
             settings = settings.model_copy(update={"jwks_file": path.parent / settings.jwks_file})
         return settings
@@ -91,7 +114,7 @@ class OidcVerifier:
         self._jwks: jwt.PyJWKSet | None = None
         self._client: jwt.PyJWKClient | None = None
         if settings.jwks_file is not None:
-            self._jwks = jwt.PyJWKSet.from_dict(json.loads(settings.jwks_file.read_text()))
+            self._jwks = _read_jwks(settings.jwks_file)
         else:
             assert settings.jwks_url is not None
             self._client = jwt.PyJWKClient(settings.jwks_url, cache_keys=True, timeout=5)
@@ -141,6 +164,19 @@ class OidcVerifier:
                 return self._jwks.keys[0]
             raise InvalidToken("OIDC token has no kid and the JWKS holds several keys")
         return self._jwks[kid]
+
+
+def _read_jwks(path: Path) -> jwt.PyJWKSet:
+    """The keys of a JWKS file; raises InvalidOidcConfig naming the file and the problem."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError('expected a JSON object {"keys": [...]}')
+        return jwt.PyJWKSet.from_dict(data)
+    except OSError as exc:
+        raise InvalidOidcConfig(f"jwks_file {path}: {exc.strerror}") from None
+    except (ValueError, jwt.PyJWTError) as exc:  # not JSON, or no usable key in it
+        raise InvalidOidcConfig(f"jwks_file {path}: {exc}") from None
 
 
 def looks_like_jwt(token: str) -> bool:

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from gpufed.cli import main
 from tests.integration.fed import InProcessFederation
 
 ISSUER = "https://login.example.test/realms/ml"
@@ -81,3 +83,36 @@ async def test_oidc_tokens_map_groups_to_team_roles_and_forgeries_are_refused(
         async with fed.client(token) as caller:
             response = await caller.get("/v1/whoami")
             assert response.status_code == 401, response.text
+
+
+@pytest.mark.parametrize(
+    ("config", "jwks", "problem"),
+    [
+        ({"issuer": ISSUER, "audience": "gpufed"}, None, "give exactly one of jwks_file"),
+        (
+            {"issuer": ISSUER, "audience": "gpufed", "jwks_file": "jwks.json"},
+            {"keys": []},
+            "jwks.json: The JWK Set did not contain any keys",
+        ),
+    ],
+)
+def test_a_bad_oidc_config_stops_the_hub_with_one_line_naming_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    config: dict[str, Any],
+    jwks: dict[str, Any] | None,
+    problem: str,
+) -> None:
+    path = tmp_path / "oidc.yaml"
+    path.write_text(yaml.safe_dump(config))
+    if jwks is not None:
+        (tmp_path / "jwks.json").write_text(json.dumps(jwks))
+    # Refused while the hub is built, before it connects anywhere: no NATS is needed.
+    argv = ["hub", "--oidc-config", str(path), "--data-dir", str(tmp_path / "hub")]
+    code = main([*argv, "--nats-url", "nats://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code == 1
+    # The store's own log lines may come first; the refusal is one line, not a traceback.
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gpufed hub: --oidc-config ") or last.startswith("gpufed hub: jwks")
+    assert problem in last and "Traceback" not in err
