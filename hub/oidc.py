@@ -78,6 +78,13 @@ class OidcSettings(BaseModel):
     def _one_key_source(self) -> OidcSettings:
         if (self.jwks_file is None) == (self.jwks_url is None):
             raise ValueError("give exactly one of jwks_file and jwks_url")
+        if not self.audience:
+            # Without it any token of the issuer's would do: one it made for another
+            # application (a wiki, a dashboard) would act on gpufed with its groups' roles.
+            raise ValueError(
+                "give the audience: the `aud` the issuer puts in tokens meant for gpufed "
+                "(its client id); without it a token issued to any other application would do"
+            )
         return self
 
     @classmethod
@@ -131,7 +138,7 @@ class OidcVerifier:
                 audience=s.audience,
                 issuer=s.issuer,
                 leeway=s.leeway_s,
-                options={"require": ["exp", "iss"], "verify_aud": s.audience is not None},
+                options={"require": ["exp", "iss", "aud"]},
             )
         except (jwt.PyJWTError, ValueError, KeyError) as exc:
             raise InvalidToken(f"OIDC token refused: {exc}") from None

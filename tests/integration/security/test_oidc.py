@@ -13,6 +13,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gpufed.cli import main
+from hub.oidc import InvalidOidcConfig, OidcSettings
 from tests.integration.fed import InProcessFederation
 
 ISSUER = "https://login.example.test/realms/ml"
@@ -116,3 +117,14 @@ def test_a_bad_oidc_config_stops_the_hub_with_one_line_naming_it(
     last = err.strip().splitlines()[-1]
     assert last.startswith("gpufed hub: --oidc-config ") or last.startswith("gpufed hub: jwks")
     assert problem in last and "Traceback" not in err
+
+
+def test_an_oidc_config_without_an_audience_is_refused(tmp_path: Path) -> None:
+    # Without one, a token the issuer made for any other application (same realm, same
+    # groups) would be taken by the hub: the config must say which `aud` is gpufed's.
+    config = _setup(tmp_path, _key())
+    data = yaml.safe_load(config.read_text())
+    del data["audience"]
+    config.write_text(yaml.safe_dump(data))
+    with pytest.raises(InvalidOidcConfig, match="give the audience"):
+        OidcSettings.load(config)
