@@ -90,11 +90,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     hub.add_argument("--policy", type=Path, default=None, help="policy YAML file")
     hub.add_argument(
-        "--admin-token",
-        default=os.environ.get("GPUFED_ADMIN_TOKEN"),
-        help="a static admin bearer token beside the stored API tokens "
+        "--admin-token-file",
+        type=Path,
+        default=None,
+        help="file holding a static admin bearer token beside the stored API tokens "
         "(default $GPUFED_ADMIN_TOKEN; prefer `gpufed token create --store-url`)",
     )
+    # Refused with a sentence (not "unrecognized arguments"): `ps` shows argv to every user.
+    hub.add_argument("--admin-token", default=None, help=argparse.SUPPRESS)
     hub.add_argument(
         "--oidc-config",
         type=Path,
@@ -200,6 +203,14 @@ def _hub(args: argparse.Namespace) -> int:
 def _hub_settings(args: argparse.Namespace) -> HubSettings:
     from hub.settings import HubSettings
 
+    if args.admin_token is not None:
+        raise ValueError(
+            "--admin-token: a token on the command line is in every `ps` listing; "
+            "give it in $GPUFED_ADMIN_TOKEN or a file: --admin-token-file FILE"
+        )
+    admin_token = read_secret(args.admin_token_file, "--admin-token-file")
+    if args.admin_token_file is not None and not admin_token:
+        raise ValueError(f"--admin-token-file: {args.admin_token_file} is empty")
     return HubSettings(
         nats_url=nats_url(args),
         nats_creds=args.nats_creds,
@@ -213,7 +224,7 @@ def _hub_settings(args: argparse.Namespace) -> HubSettings:
         suspect_after_s=args.suspect_after,
         lost_after_s=args.lost_after,
         drain_s=args.drain,
-        admin_token=args.admin_token,
+        admin_token=admin_token or os.environ.get("GPUFED_ADMIN_TOKEN") or None,
         oidc_config=args.oidc_config,
         event_domains=tuple(args.event_domain),
         **given(keep_ended_s=args.keep_ended),

@@ -5,7 +5,7 @@ Three kinds of bearer token are accepted, tried in this order:
 1. a gpufed API token (`gpufed_<id>_<secret>`, `hub.tokens`), looked up by id and checked by
    the hash of its secret in constant time;
 2. an OIDC JWT, when the hub has an OIDC configuration (`hub.oidc`);
-3. the static admin token of `--admin-token` / `$GPUFED_ADMIN_TOKEN`, when set (compared in
+3. the static admin token of `--admin-token-file` / `$GPUFED_ADMIN_TOKEN`, when set (compared in
    constant time).
 
 Anything else, or no `Authorization` header, is `InvalidToken` (401).

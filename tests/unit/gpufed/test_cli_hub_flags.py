@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpufed import cli
@@ -33,3 +35,16 @@ def test_bad_spoke_settings_are_each_named_by_their_flag(
         "digit (at most 48) (not 'bad id'); --heartbeat: Input should be greater than 0; "
         "--price: Input should be greater than or equal to 0\n"
     )
+
+
+def test_the_static_admin_token_comes_from_a_file_never_from_argv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "admin-token"
+    token.write_text("s3cret-admin\n")
+    assert _settings("--admin-token-file", str(token)).admin_token == "s3cret-admin"
+    # On the command line it would be in every `ps` listing: refused before anything starts.
+    assert cli.main(["hub", "--admin-token", "s3cret-admin"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpufed hub: --admin-token: ") and "--admin-token-file" in err
+    assert "s3cret-admin" not in err
