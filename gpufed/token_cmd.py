@@ -72,7 +72,11 @@ def _token(args: argparse.Namespace) -> int:
                 print(f"gpufed token create: {exc}", file=sys.stderr)
                 return 2
         if store_url:
-            created = _create_in_store(store_url, args.user, args.role, team, args.ttl)
+            try:
+                created = _create_in_store(store_url, args.user, args.role, team, args.ttl)
+            except ValueError as exc:
+                print(f"gpufed token create: {exc}", file=sys.stderr)
+                return 1
         else:
             created = args.client.create_token(args.user, args.role, team, args.ttl)
         if team is not None and not store_url:
@@ -124,13 +128,28 @@ def _token(args: argparse.Namespace) -> int:
 def _create_in_store(
     url: str, user: str, role: str, team: str | None, ttl: float | None
 ) -> dict[str, Any]:
+    """Mint in the hub's database at `url`; a ValueError saying what is wrong (the store
+    cannot be opened, the grant is invalid), the URL's password masked."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from bus.urls import mask_url
     from hub.audit import MAX_DETAIL
     from hub.authstore import AuditEntry, AuthStore
     from hub.core.access import Role
+    from hub.errors import HubError
     from hub.store import Store
-    from hub.tokens import mint_token
+    from hub.tokens import check_grant, mint_token
 
-    store = Store(url)
+    try:
+        check_grant(user, Role(role), team)  # before the store: a typo needs no database
+        store = Store(url)
+    except HubError as exc:
+        raise ValueError(exc.message) from None
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise ValueError(
+            f"cannot open the hub's store {mask_url(url)}: {mask_url(reason)}"
+        ) from None
     try:
         auth = AuthStore(store.engine)
         now = time.time()

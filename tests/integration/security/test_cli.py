@@ -117,3 +117,20 @@ def test_bootstrap_through_the_store_and_revoke(
     assert gpufed(capsys, "token", "revoke", token_id)[0] == 0
     code, _, err = gpufed(capsys, "whoami")
     assert code == 1 and "revoked" in err
+
+
+def test_bootstrap_into_a_store_it_cannot_open_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'no-such-folder' / 'hub.db'}"
+    args = ("token", "create", "--store-url", url, "--user", "ops", "--role", "admin")
+    code, out, err = gpufed(capsys, *args)
+    assert code == 1 and not out
+    assert (
+        err
+        == f"gpufed token create: cannot open the hub's store {url}: unable to open database file\n"
+    )
+    # A grant that cannot be a token is said the same way, before any database is opened.
+    args = ("token", "create", "--store-url", url, "--user", "ops", "--team", "Bad_X")
+    code, out, err = gpufed(capsys, *args)
+    assert (code, out) == (1, "") and err.startswith("gpufed token create: team: ")
