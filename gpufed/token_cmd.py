@@ -142,6 +142,12 @@ def _create_in_store(
 
     try:
         check_grant(user, Role(role), team)  # before the store: a typo needs no database
+        missing = _no_store_at(url)  # never a new, empty store the hub does not read
+        if missing:
+            raise ValueError(
+                f"cannot open the hub's store {mask_url(url)}: {missing} (a hub makes its store "
+                "at its first start: give the URL it runs with)"
+            )
         store = Store(url)
     except HubError as exc:
         raise ValueError(exc.message) from None
@@ -171,6 +177,27 @@ def _create_in_store(
     finally:
         store.close()
     return {**record.model_dump(exclude={"secret_hash"}), "token": token}
+
+
+def _no_store_at(url: str) -> str | None:
+    """Why `url` holds no hub store, or None. Opening it as one would make it (a new SQLite
+    file, tables in an empty database), and a token minted there is one no hub knows."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from hub.engine import engine_for
+    from hub.migrations import current_version
+
+    parsed = make_url(url)
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and not Path(parsed.database or "").is_file():
+        return "no such file"
+    # Looked at, not written: the store's engine would turn another database's journal to WAL.
+    engine = create_engine(parsed) if sqlite else engine_for(url)
+    try:
+        return "it holds no gpufed tables" if current_version(engine) == 0 else None
+    finally:
+        engine.dispose()
 
 
 def _audit(args: argparse.Namespace) -> int:

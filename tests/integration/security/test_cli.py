@@ -122,14 +122,24 @@ def test_bootstrap_through_the_store_and_revoke(
 def test_bootstrap_into_a_store_it_cannot_open_says_so_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'no-such-folder' / 'hub.db'}"
-    args = ("token", "create", "--store-url", url, "--user", "ops", "--role", "admin")
-    code, out, err = gpufed(capsys, *args)
-    assert code == 1 and not out
-    assert (
-        err
-        == f"gpufed token create: cannot open the hub's store {url}: unable to open database file\n"
-    )
+    # A path with a typo in it: no new, empty store made, which no hub would ever read.
+    hint = "(a hub makes its store at its first start: give the URL it runs with)"
+    for path in (tmp_path / "no-such-folder" / "hub.db", tmp_path / "hub.dbb"):
+        url = f"sqlite:///{path}"
+        args = ("token", "create", "--store-url", url, "--user", "ops", "--role", "admin")
+        code, out, err = gpufed(capsys, *args)
+        assert (code, out) == (1, "")
+        assert (
+            err == f"gpufed token create: cannot open the hub's store {url}: no such file {hint}\n"
+        )
+        assert not path.exists()
+    # A database that is there but no hub's: not given tables and a token.
+    (tmp_path / "other.db").write_bytes(b"")
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    code, out, err = gpufed(capsys, *args[:3], url, *args[4:])
+    assert (code, out) == (1, "")
+    assert err.endswith(f"{url}: it holds no gpufed tables {hint}\n"), err
+    assert (tmp_path / "other.db").stat().st_size == 0
     # A grant that cannot be a token is said the same way, before any database is opened.
     args = ("token", "create", "--store-url", url, "--user", "ops", "--team", "Bad_X")
     code, out, err = gpufed(capsys, *args)
