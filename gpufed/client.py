@@ -121,9 +121,13 @@ class HubClient:
         return self._call("DELETE", f"/v1/tokens/{token_id}")  # type: ignore[no-any-return]
 
     def audit(
-        self, team: str | None = None, action: str | None = None, limit: int = 100
+        self,
+        team: str | None = None,
+        action: str | None = None,
+        limit: int = 100,
+        since: float = 0.0,
     ) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"limit": limit}
+        params: dict[str, Any] = {"limit": limit, "since": since}
         if team:
             params["team"] = team
         if action:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufed.secretfile import read_secret_file
+from gpufed.when import parse_when
 from schemas.common import nearest_name
 
 ROLES = ("viewer", "member", "team-admin", "admin")
@@ -47,7 +48,10 @@ def add_token_commands(sub: Any, command: Any) -> None:
     audit = command("audit", "the audit log: who did what, when, with what result", _audit)
     audit.add_argument("--team")
     audit.add_argument("--action", help="submit, cancel, policy.set, token.create, ...")
-    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument(
+        "--since", default=None, help="unix time, ISO date/time, or an age like 2h or 7d (all)"
+    )
+    audit.add_argument("--limit", type=int, default=50, help="the newest this many (50)")
 
     command("whoami", "the identity and team roles of the token in use", _whoami)
 
@@ -201,10 +205,21 @@ def _no_store_at(url: str) -> str | None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    entries = args.client.audit(team=args.team, action=args.action, limit=args.limit)
+    try:
+        since = parse_when(args.since, time.time()) if args.since else 0.0
+    except ValueError as exc:
+        print(f"gpufed audit --since: {exc}", file=sys.stderr)
+        return 2
+    entries = args.client.audit(team=args.team, action=args.action, since=since, limit=args.limit)
     if args.json:
         print(json.dumps(entries, indent=2))
         return 0
+    if len(entries) == args.limit:
+        print(
+            f"gpufed audit: the newest {args.limit} entries; older ones match too "
+            "(--limit, --since)",
+            file=sys.stderr,
+        )
     rows = [("WHEN", "WHO", "ROLE", "ACTION", "TEAM", "TARGET", "RESULT", "DETAIL")]
     for e in reversed(entries):
         rows.append(

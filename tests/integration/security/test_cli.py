@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
     code, out, _ = gpufed(capsys, "submit", "--name", "bobs", "--team", "nlp", "--", "true")
     assert code == 0
     bobs = out.strip()
+    after_bobs = time.time()  # the hub wrote its entry before it answered
 
     monkeypatch.setenv("GPUFED_TOKEN", tokens["alice"])
     code, _, err = gpufed(capsys, "submit", "--name", "x", "--team", "nlp", "--", "true")
@@ -84,6 +86,19 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
         line[2:6] == ["alice", "member", "cancel", "nlp"] and "denied" in line for line in lines
     )
     assert any(line[2:6] == ["bob", "member", "submit", "nlp"] and bobs in line for line in lines)
+    # --since: what came after (alice's refusals, not bob's submit); a page that is full says
+    # older entries match too.
+    code, out, err = gpufed(capsys, "audit", "--since", str(after_bobs))
+    assert code == 0 and err == ""
+    assert [line.split()[2:5] for line in out.splitlines()[1:]] == [
+        ["alice", "member", "submit"],
+        ["alice", "member", "cancel"],
+    ]
+    code, out, err = gpufed(capsys, "audit", "--limit", "1")
+    assert code == 0 and len(out.splitlines()) == 2
+    assert err == "gpufed audit: the newest 1 entries; older ones match too (--limit, --since)\n"
+    code, out, err = gpufed(capsys, "audit", "--since", "last tuesday")
+    assert code == 2 and err.startswith("gpufed audit --since: cannot read the time 'last tuesday'")
 
 
 def test_without_a_token_the_cli_says_how_to_get_one(
