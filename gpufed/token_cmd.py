@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufed.secretfile import read_secret_file
-from gpufed.when import parse_when
+from gpufed.when import parse_duration, parse_when
 from schemas.common import nearest_name
 
 ROLES = ("viewer", "member", "team-admin", "admin")
@@ -32,7 +32,7 @@ def add_token_commands(sub: Any, command: Any) -> None:
     token.add_argument("--user", help="who the token is for (create)")
     token.add_argument("--team", help="the team it acts for (create; not with --role admin)")
     token.add_argument("--role", choices=ROLES, default="member")
-    token.add_argument("--ttl", type=float, default=None, help="seconds until it expires")
+    token.add_argument("--ttl", default=None, help="how long until it expires: seconds, 12h, 90d")
     token.add_argument(
         "--store-url",
         default=None,
@@ -68,6 +68,11 @@ def _token(args: argparse.Namespace) -> int:
         if args.role != "admin" and not args.team:
             print(f"gpufed token create: a {args.role} token needs --team", file=sys.stderr)
             return 2
+        try:
+            ttl = parse_duration(args.ttl) if args.ttl is not None else None
+        except ValueError as exc:
+            print(f"gpufed token create --ttl: {exc}", file=sys.stderr)
+            return 2
         store_url = args.store_url
         if args.store_url_file is not None:
             try:
@@ -77,12 +82,12 @@ def _token(args: argparse.Namespace) -> int:
                 return 2
         if store_url:
             try:
-                created = _create_in_store(store_url, args.user, args.role, team, args.ttl)
+                created = _create_in_store(store_url, args.user, args.role, team, ttl)
             except ValueError as exc:
                 print(f"gpufed token create: {exc}", file=sys.stderr)
                 return 1
         else:
-            created = args.client.create_token(args.user, args.role, team, args.ttl)
+            created = args.client.create_token(args.user, args.role, team, ttl)
         if team is not None and not store_url:
             _warn_if_unlisted(args.client.policy(), team)
         scope = "every team" if team is None else f"team {team}"

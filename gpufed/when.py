@@ -4,6 +4,7 @@ and `--until`, `gpufed policy show --at`, `gpufed replay --start`.
 `now`; unix seconds; an ISO 8601 date or time, in UTC unless it names its offset (the hub,
 its policy windows and its reports all count in UTC or a zone they name, never the zone of
 the machine the command runs on); or an age, `90m`, `2h`, `7d`, `1w`, meaning that long ago.
+A length of time (`gpufed token create --ttl`) is seconds or the same `30d` form.
 Pure: the caller gives `now`.
 """
 
@@ -34,6 +35,23 @@ def parse_when(text: str, now: float) -> float:
     if math.isnan(instant) or not _EARLIEST <= instant <= _LATEST:
         raise ValueError(f"the time {text!r} is not between the years 2 and 9998")
     return instant
+
+
+def parse_duration(text: str) -> float:
+    """Seconds for a length of time: seconds (`86400`) or an age's form (`90m`, `30d`, `1w`);
+    ValueError unless it is more than zero."""
+    text = text.strip()
+    unit = AGE_UNITS.get(text[-1:], 0)
+    try:
+        seconds = float(text[:-1]) * unit if unit else float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise ValueError(
+            f"cannot read the length of time {text!r}: give seconds more than 0, or 90m, 12h, "
+            "30d, 1w"
+        )
+    return seconds
 
 
 def _iso(text: str) -> float:

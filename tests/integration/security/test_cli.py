@@ -4,6 +4,7 @@ member's token gets exactly a member's rights."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -51,6 +52,13 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
         assert tokens[user].startswith("gpufed_") and " " not in tokens[user]
     code, out, _ = gpufed(capsys, "token", "create", "--user", "ops", "--role", "admin")
     assert code == 0 and out.splitlines()[-1].startswith("gpufed_")
+    # A lifetime as people say it; a negative one refused in the flag's words.
+    ci = ("token", "create", "--user", "ci", "--team", "vision", "--role", "viewer", "--ttl")
+    code, out, _ = gpufed(capsys, *ci, "12h", "--json")
+    created = json.loads(out[: out.rindex("}") + 1])
+    assert code == 0 and created["expires_at"] - created["created_at"] == pytest.approx(43200)
+    code, out, err = gpufed(capsys, *ci, "-5")
+    assert (code, out) == (2, "") and err.startswith("gpufed token create --ttl: cannot read")
 
     monkeypatch.setenv("GPUFED_TOKEN", tokens["bob"])
     code, out, _ = gpufed(capsys, "submit", "--name", "bobs", "--team", "nlp", "--", "true")
