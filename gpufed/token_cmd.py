@@ -2,8 +2,9 @@
 
 `gpufed token` talks to the hub's REST API with the caller's own token (it must be an admin's:
 `GPUFED_TOKEN`, or the `admin.token` file `gpufed up` writes). To bootstrap a hub nobody holds a
-token for yet, `--store-url` writes to the hub's database directly instead: whoever can write
-that database is an admin already, and the action is audited there as `store:<url host>`.
+token for yet, or to revoke a leaked one with no other admin token at hand, `--store-url` reads
+and writes the hub's database directly instead (`gpufed.token_store`): whoever can write that
+database is an admin already, and each write is audited there as actor `store`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufed.secretfile import read_secret_file
+from gpufed.token_store import create_in_store, revoke_in_store, tokens_in_store
 from gpufed.when import parse_duration, parse_when
 from schemas.common import nearest_name
 
@@ -36,7 +38,8 @@ def add_token_commands(sub: Any, command: Any) -> None:
     token.add_argument(
         "--store-url",
         default=None,
-        help="write to the hub's database directly instead of the API (bootstrap)",
+        help="the hub's database directly instead of the API (bootstrap, or a leaked token "
+        "to revoke with no other admin token at hand)",
     )
     token.add_argument(
         "--store-url-file",
@@ -57,6 +60,21 @@ def add_token_commands(sub: Any, command: Any) -> None:
 
 
 def _token(args: argparse.Namespace) -> int:
+    store_url = args.store_url
+    if args.store_url_file is not None:
+        try:
+            store_url = read_secret_file(args.store_url_file, "--store-url-file")
+        except ValueError as exc:
+            print(f"gpufed token {args.action}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return _token_action(args, store_url or None)
+    except ValueError as exc:  # the store's (gpufed.token_store), in words
+        print(f"gpufed token {args.action}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _token_action(args: argparse.Namespace, store_url: str | None) -> int:
     if args.action == "create":
         if not args.user:
             print("gpufed token create: give --user", file=sys.stderr)
@@ -73,19 +91,8 @@ def _token(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"gpufed token create --ttl: {exc}", file=sys.stderr)
             return 2
-        store_url = args.store_url
-        if args.store_url_file is not None:
-            try:
-                store_url = read_secret_file(args.store_url_file, "--store-url-file")
-            except ValueError as exc:
-                print(f"gpufed token create: {exc}", file=sys.stderr)
-                return 2
         if store_url:
-            try:
-                created = _create_in_store(store_url, args.user, args.role, team, ttl)
-            except ValueError as exc:
-                print(f"gpufed token create: {exc}", file=sys.stderr)
-                return 1
+            created = create_in_store(store_url, args.user, args.role, team, ttl)
         else:
             created = args.client.create_token(args.user, args.role, team, ttl)
         if team is not None and not store_url:
@@ -101,7 +108,7 @@ def _token(args: argparse.Namespace) -> int:
         print(created["token"])  # alone on the last line, for `$(... | tail -1)`
         return 0
     if args.action == "list":
-        tokens = args.client.tokens()
+        tokens = tokens_in_store(store_url) if store_url else args.client.tokens()
         if args.json:
             print(json.dumps(tokens, indent=2))
             return 0
@@ -129,84 +136,12 @@ def _token(args: argparse.Namespace) -> int:
     if not args.id:
         print("gpufed token revoke: give the token id (gpufed token list)", file=sys.stderr)
         return 2
-    revoked = args.client.revoke_token(args.id)
+    if store_url:
+        revoked = revoke_in_store(store_url, args.id)
+    else:
+        revoked = args.client.revoke_token(args.id)
     print(f"token {revoked['id']} ({revoked['user']}) revoked")
     return 0
-
-
-def _create_in_store(
-    url: str, user: str, role: str, team: str | None, ttl: float | None
-) -> dict[str, Any]:
-    """Mint in the hub's database at `url`; a ValueError saying what is wrong (the store
-    cannot be opened, the grant is invalid), the URL's password masked."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from bus.urls import mask_url
-    from hub.audit import MAX_DETAIL
-    from hub.authstore import AuditEntry, AuthStore
-    from hub.core.access import Role
-    from hub.errors import HubError
-    from hub.store import Store
-    from hub.tokens import check_grant, mint_token
-
-    try:
-        check_grant(user, Role(role), team)  # before the store: a typo needs no database
-        missing = _no_store_at(url)  # never a new, empty store the hub does not read
-        if missing:
-            raise ValueError(
-                f"cannot open the hub's store {mask_url(url)}: {missing} (a hub makes its store "
-                "at its first start: give the URL it runs with)"
-            )
-        store = Store(url)
-    except HubError as exc:
-        raise ValueError(exc.message) from None
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise ValueError(
-            f"cannot open the hub's store {mask_url(url)}: {mask_url(reason)}"
-        ) from None
-    try:
-        auth = AuthStore(store.engine)
-        now = time.time()
-        token, record = mint_token(
-            auth, user=user, role=Role(role), team=team, created_by="store", now=now, ttl_s=ttl
-        )
-        auth.append_audit(
-            AuditEntry(
-                at=now,
-                actor="store",
-                role="admin",
-                action="token.create",
-                team=team,
-                target=record.id,
-                result="ok",
-                detail=f"{user} {role} (gpufed token create --store-url)"[:MAX_DETAIL],
-            )
-        )
-    finally:
-        store.close()
-    return {**record.model_dump(exclude={"secret_hash"}), "token": token}
-
-
-def _no_store_at(url: str) -> str | None:
-    """Why `url` holds no hub store, or None. Opening it as one would make it (a new SQLite
-    file, tables in an empty database), and a token minted there is one no hub knows."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-
-    from hub.engine import engine_for
-    from hub.migrations import current_version
-
-    parsed = make_url(url)
-    sqlite = parsed.get_backend_name() == "sqlite"
-    if sqlite and not Path(parsed.database or "").is_file():
-        return "no such file"
-    # Looked at, not written: the store's engine would turn another database's journal to WAL.
-    engine = create_engine(parsed) if sqlite else engine_for(url)
-    try:
-        return "it holds no gpufed tables" if current_version(engine) == 0 else None
-    finally:
-        engine.dispose()
 
 
 def _audit(args: argparse.Namespace) -> int:

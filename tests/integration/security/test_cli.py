@@ -141,6 +141,30 @@ def test_bootstrap_through_the_store_and_revoke(
     code, _, err = gpufed(capsys, "whoami")
     assert code == 1 and "revoked" in err
 
+    # A leaked token revoked in the store, with no admin token at hand: list, revoke, audited.
+    monkeypatch.delenv("GPUFED_TOKEN")
+    (hub.data_dir / "admin.token").unlink()
+    store = ("--store-url-file", str(url_file))
+    code, out, _ = gpufed(capsys, "token", "create", "--user", "leaky", "--team", "nlp", *store)
+    leaked = out.splitlines()[-1]
+    leaked_id = leaked.split("_")[1]
+    code, out, _ = gpufed(capsys, "token", "list", *store)
+    listed = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert code == 0 and listed[token_id][-1] == "revoked" and listed[leaked_id][-1] == "active"
+    code, out, _ = gpufed(capsys, "token", "revoke", leaked_id, *store)
+    assert (code, out) == (0, f"token {leaked_id} (leaky) revoked\n")
+    monkeypatch.setenv("GPUFED_TOKEN", leaked)
+    code, _, err = gpufed(capsys, "whoami")
+    assert code == 1 and "revoked" in err
+    code, _, err = gpufed(capsys, "token", "revoke", "nosuch", *store)
+    assert code == 1 and err.startswith("gpufed token revoke: no token nosuch in that store")
+    monkeypatch.setenv("GPUFED_TOKEN", hub.admin_token)
+    code, out, _ = gpufed(capsys, "audit", "--action", "token.revoke")
+    assert any(
+        line.split()[2:7] == ["store", "admin", "token.revoke", "nlp", leaked_id]
+        for line in out.splitlines()
+    )
+
 
 def test_bootstrap_into_a_store_it_cannot_open_says_so_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
