@@ -12,9 +12,12 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from bus.client import Bus, BusSettings
 from bus.identities import HUB, inbox_prefix
+from bus.tasks import pause
+from bus.urls import mask_url
 from gpufed.compose import collector
 from gpufed.compose.signals import stop_on_signals
 from gpufed.dirlock import FolderLock
@@ -23,6 +26,7 @@ from hub.api import create_app
 from hub.apideps import ApiSecurity
 from hub.authstore import AuthStore
 from hub.core.policy import Policy
+from hub.errors import Unavailable
 from hub.policyfile import policy_from_dict
 from hub.service import HubService
 from hub.settings import HubSettings
@@ -30,6 +34,10 @@ from hub.spend import SpendMeter
 from hub.store import Store
 
 log = structlog.get_logger(__name__)
+
+#: Waits between tries to reach a store's database at start: doubling from the first.
+STORE_RETRY_FIRST_S = 0.5
+STORE_RETRY_MAX_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,12 @@ def build_hub(
     policy: Policy | None = None,
     bus_name: str = "gpufed-hub",
     clock: Callable[[], float] = time.time,
+    store: Store | None = None,
 ) -> Hub:
     """A hub from its settings; `policy` and `clock` (tests) override `settings.policy_file`
-    and the system clock."""
+    and the system clock, `store` one opened already (`open_store`)."""
     private_dir(settings.data_dir)  # the SQLite store holds secret env values
-    store = Store(settings.resolved_store_url())
+    store = store or Store(settings.resolved_store_url())
     bus = Bus(
         BusSettings(
             url=settings.nats_url,
@@ -113,10 +122,36 @@ def _sqlite_lock(settings: HubSettings) -> FolderLock | None:
     return FolderLock(Path(url.database).resolve().parent, "hub on this SQLite store").take()
 
 
+async def open_store(url: str, stop: asyncio.Event) -> Store | None:
+    """The store at `url`, once its database answers; None if `stop` is set first.
+
+    A PostgreSQL server that is not up yet (started after the hub, restarting, out of
+    connections) is waited for, each try logged as `store_unreachable` with the URL's password
+    masked, as the hub waits for NATS; a SQLite file that cannot be opened will not open later
+    and is said at once (`Unavailable`)."""
+    delay = STORE_RETRY_FIRST_S
+    while not stop.is_set():
+        try:
+            return await asyncio.to_thread(Store, url)
+        except OperationalError as exc:
+            reason = mask_url(str(getattr(exc, "orig", None) or exc).splitlines()[0])
+            if make_url(url).get_backend_name() == "sqlite":
+                raise Unavailable(f"cannot open the store {mask_url(url)}: {reason}") from None
+            log.warning("store_unreachable", url=mask_url(url), error=reason, retry_in_s=delay)
+        await pause(stop, delay)
+        delay = min(delay * 2, STORE_RETRY_MAX_S)
+    return None
+
+
 async def _serve(settings: HubSettings, stop: asyncio.Event) -> None:
-    hub = build_hub(settings)
-    collector.settle()  # its pauses would land inside scheduling cycles
     stop_on_signals(stop)
+    private_dir(settings.data_dir)
+    store = await open_store(settings.resolved_store_url(), stop)
+    if store is None:
+        log.info("hub_stopped", store=False)
+        return
+    hub = build_hub(settings, store=store)
+    collector.settle()  # its pauses would land inside scheduling cycles
     server = api_server(hub.app, settings)
     hub_task = asyncio.create_task(hub.service.run(stop))
     api_task = asyncio.create_task(server.serve())

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,17 +30,27 @@ from hub.store import Store
 from schemas import Phase, WorkloadSpec
 
 
-@pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    # Under root, pytest's tmp dirs sit in a 0700 root folder the server's user cannot enter.
+@contextmanager
+def server_root(tmp_dir: Path) -> Iterator[Path]:
+    """A folder for a PostgreSQL server's files: `tmp_dir`, or under root (pytest's tmp dirs
+    sit in a 0700 root folder the server's user cannot enter) a folder of its own, removed
+    after."""
     root = Path(tempfile.mkdtemp(prefix="gpufed-pg-")) if os.geteuid() == 0 else None
-    server = EmbeddedPostgres(root or tmp_path_factory.mktemp("postgres"))
     try:
-        yield server.start()
+        yield root or tmp_dir
     finally:
-        server.stop()
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    with server_root(tmp_path_factory.mktemp("postgres")) as root:
+        server = EmbeddedPostgres(root)
+        try:
+            yield server.start()
+        finally:
+            server.stop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
