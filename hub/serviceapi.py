@@ -19,8 +19,8 @@ from hub.errors import Forbidden, HubError, InvalidWorkload
 from hub.records import HistoryEntry
 from hub.service import HubService
 from hub.servicerecords import ServiceRecord
-from schemas.common import DNS_LABEL_PATTERN
-from schemas.services import ServiceSpec
+from schemas.common import DNS_LABEL_PATTERN, unknown_text
+from schemas.services import ServiceSpec, unknown_fields
 
 _Label = Annotated[str, Path(max_length=63, pattern=DNS_LABEL_PATTERN)]
 
@@ -97,6 +97,7 @@ def add_service_routes(app: FastAPI, hub: HubService) -> None:
     async def create_service(spec: ServiceSpec, who: Caller, sec: Security) -> ServiceOut:
         await _may(who, sec, "service.create", spec.team, spec.name)
         try:
+            _refuse_unknown(spec)
             record = await services.create(spec, who.user)
         except HubError as exc:
             await _audit(sec, who, "service.create", spec, exc)
@@ -139,6 +140,7 @@ def add_service_routes(app: FastAPI, hub: HubService) -> None:
                 f"the spec names {spec.team}/{spec.name}, not {team}/{name}", field="name"
             )
         try:
+            _refuse_unknown(spec)
             record = await services.update(spec, who.user)
         except HubError as exc:
             await _audit(sec, who, "service.update", spec, exc)
@@ -161,6 +163,14 @@ def add_service_routes(app: FastAPI, hub: HubService) -> None:
             who, "service.delete", team=team, target=f"{team}/{name}", detail="deleted"
         )
         return out
+
+
+def _refuse_unknown(spec: ServiceSpec) -> None:
+    """A field the spec does not have is refused, naming the nearest one it has: a typo
+    (`max_replica: 4`, `replica: {gpu: 8}`) never runs something other than what was asked."""
+    unknown = unknown_fields(spec)
+    if unknown:
+        raise InvalidWorkload(unknown_text(unknown), field=unknown[0][0])
 
 
 async def _may(who: Principal, sec: ApiSecurity, action: str, team: str, name: str) -> None:

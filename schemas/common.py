@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, model_validator
@@ -134,6 +134,27 @@ def nearest_name(name: str, known: Collection[str]) -> str | None:
         return by_lower[name.lower()]
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return close[0] if close else next((k for k in known if k.startswith(name)), None)
+
+
+#: A spec a person writes that is also a wire model keeps the fields its class does not define
+#: (a reader still ignores them) so that the hub can refuse a writer's typo (`gpus: 8`) instead
+#: of running one GPU (`extra_fields`).
+KEEPS_UNKNOWN = ConfigDict(extra="allow", frozen=True)
+
+
+def extra_fields(parts: Iterable[tuple[BaseModel, str]]) -> list[tuple[str, str | None]]:
+    """The fields a writer named that these (model, prefix) parts of a KEEPS_UNKNOWN spec do
+    not have, each prefixed and with the nearest one it has, if any. Empty for none."""
+    found: list[tuple[str, str | None]] = []
+    for model, prefix in parts:
+        extra = model.model_extra
+        if not extra:
+            continue  # nearly every spec: checked on every submission
+        known = type(model).model_fields
+        for name in extra:
+            near = nearest_name(name, known)
+            found.append((prefix + name, prefix + near if near else None))
+    return found
 
 
 def unknown_text(pairs: Sequence[tuple[str, str | None]]) -> str:

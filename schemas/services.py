@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from schemas.common import DnsLabel, WireModel
+from schemas.common import KEEPS_UNKNOWN, DnsLabel, WireModel, extra_fields
 from schemas.errors import first_problem
 from schemas.workloads import (
     SECRET_MASK,
@@ -33,6 +33,8 @@ class ReplicaTemplate(WireModel):
 
     The server listens on the port the runtime gives it in `$GPUFED_PORT`.
     """
+
+    model_config = KEEPS_UNKNOWN  # a typo is refused (`unknown_fields`), not ignored
 
     command: tuple[str, ...] = Field(min_length=1, max_length=256)
     env: dict[str, str] = Field(default_factory=dict)
@@ -80,6 +82,8 @@ class HealthCheck(WireModel):
     times in a row, or is not healthy within `startup_s` of starting, is replaced.
     """
 
+    model_config = KEEPS_UNKNOWN  # a typo is refused (`unknown_fields`), not ignored
+
     path: str = Field(default="/", max_length=1024, pattern=r"^/[^\s]*$")
     period_s: float = Field(default=2.0, ge=0.05, le=300)
     timeout_s: float = Field(default=2.0, gt=0, le=60)
@@ -102,6 +106,8 @@ class Autoscaling(WireModel):
     `scale_to_zero_after_s` drops to zero replicas, and the first request waits for one.
     """
 
+    model_config = KEEPS_UNKNOWN  # a typo is refused (`unknown_fields`), not ignored
+
     metric: ScaleMetric = ScaleMetric.RPS
     target: float = Field(default=10.0, gt=0, le=1e6)
     window_s: float = Field(default=10.0, ge=0.5, le=600, description="rps averaging window")
@@ -117,6 +123,8 @@ class Autoscaling(WireModel):
 
 class ServiceSpec(WireModel):
     """An inference service: `replica` run min..max times behind the gateway."""
+
+    model_config = KEEPS_UNKNOWN  # a typo is refused (`unknown_fields`), not ignored
 
     name: DnsLabel
     team: DnsLabel
@@ -192,6 +200,19 @@ class ServiceSpec(WireModel):
             priority_class=self.priority_class,
             affinity=affinity,
         )
+
+
+def unknown_fields(spec: ServiceSpec) -> list[tuple[str, str | None]]:
+    """The fields a writer named that the spec does not have (`replica.`, `health.`,
+    `autoscaling.`-prefixed inside those), each with the nearest one it has, if any: the hub
+    refuses such a spec rather than run something other than what was asked."""
+    parts = (
+        (spec, ""),
+        (spec.replica, "replica."),
+        (spec.health, "health."),
+        (spec.autoscaling, "autoscaling."),
+    )
+    return extra_fields(parts)
 
 
 def _first_error(exc: ValueError) -> str:

@@ -6,14 +6,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from schemas.common import (
     GPU_MODEL_PATTERN,
+    KEEPS_UNKNOWN,
     DnsLabel,
     Identifier,
     WireModel,
-    nearest_name,
+    extra_fields,
     refuse_control,
 )
 from schemas.errors import ErrorReply
@@ -121,15 +122,10 @@ def accept_secret_values(data: Any) -> Any:
     return {**data, "env": plain, "secret_env": secret}
 
 
-#: A spec keeps the fields its class does not define (a reader still ignores them) so that the
-#: hub can refuse a submitter's typo (`gpus: 8`) instead of running one GPU (`unknown_fields`).
-_KEEPS_UNKNOWN = ConfigDict(extra="allow", frozen=True)
-
-
 class Affinity(WireModel):
     """Where a workload may (required) or would rather (preferred) run."""
 
-    model_config = _KEEPS_UNKNOWN
+    model_config = KEEPS_UNKNOWN
 
     required_regions: tuple[DnsLabel, ...] = ()
     preferred_regions: tuple[DnsLabel, ...] = ()
@@ -152,7 +148,7 @@ class Affinity(WireModel):
 class WorkloadSpec(WireModel):
     """A unit of work: one command run on `nodes` x `gpus_per_node` GPUs (a gang when nodes > 1)."""
 
-    model_config = _KEEPS_UNKNOWN
+    model_config = KEEPS_UNKNOWN
 
     name: DnsLabel
     team: DnsLabel
@@ -305,16 +301,7 @@ def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
     """The fields a submitter named that a spec does not have (`affinity.`-prefixed inside
     it), each with the nearest one it has, if any: the hub refuses such a spec rather than run
     something other than what was asked. Empty for a spec without any."""
-    found: list[tuple[str, str | None]] = []
-    for model, prefix in ((spec, ""), (spec.affinity, "affinity.")):
-        extra = model.model_extra
-        if not extra:
-            continue  # nearly every spec: checked on every submission
-        known = type(model).model_fields
-        for name in extra:
-            near = nearest_name(name, known)
-            found.append((prefix + name, prefix + near if near else None))
-    return found
+    return extra_fields(((spec, ""), (spec.affinity, "affinity.")))
 
 
 class SubmitReply(WireModel):

@@ -386,3 +386,27 @@ async def test_services_are_team_scoped_and_audited(fed: InProcessFederation) ->
         (a, r) for a, r in actions
     }
     await other.aclose()
+
+
+async def test_a_typo_in_a_service_spec_is_refused_not_ignored(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    assert fed.api is not None
+    api = fed.api
+    # Ignored, these asked for one replica on one GPU when four on eight were meant.
+    typo = service("llm", max_replica=4, replica={"gpu": 8})
+    refused = await api.post("/v1/services", json=typo)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["message"] == (
+        "unknown fields: max_replica (did you mean max_replicas?), "
+        "replica.gpu (did you mean replica.gpus?)"
+    )
+    assert refused.json()["field"] == "max_replica"
+    assert (await api.get("/v1/services")).json() == []  # nothing was created
+
+    assert (await api.post("/v1/services", json=service("llm"))).status_code == 201
+    bad_update = service("llm", autoscaling={"taget": 5})
+    updated = await api.put(f"/v1/services/{TEAM}/llm", json=bad_update)
+    assert updated.status_code == 422, updated.text
+    assert updated.json()["field"] == "autoscaling.taget"
+    assert "did you mean autoscaling.target?" in updated.json()["message"]
+    assert (await show(api, "llm"))["generation"] == 1  # the service kept its spec
