@@ -393,8 +393,9 @@ def _shape(spec: dict[str, Any]) -> str:
 
 
 def _note(r: dict[str, Any]) -> str:
-    """The jobs table's last column: why it waits, why it failed (its log: `gpufed logs`), or
-    its URL and how long its GPUs sat idle."""
+    """The jobs table's last column: why it waits, why it failed (its log: `gpufed logs`), why
+    the hub stopped it (a session culled when idle), or its URL and how long its GPUs sat
+    idle."""
     if r["phase"] == "queued":
         if r.get("cloud_instance"):
             return f"{r['message']}; cloud instance {r['cloud_instance']}"
@@ -403,6 +404,8 @@ def _note(r: dict[str, Any]) -> str:
         return str(r["message"])
     if r["phase"] == "failed":
         return "; ".join(p for p in str(r["message"]).split("; ") if not p.startswith("log "))
+    if r["phase"] == "cancelled" and r.get("stop_notice"):
+        return str(r["stop_notice"])  # the policy's stop: a notebook gone without a word else
     parts = [f"GPUs idle {age(r['idle_s'])}"] if r.get("idle_s") is not None else []
     if r.get("endpoint"):
         parts.append(str(r["endpoint"]))

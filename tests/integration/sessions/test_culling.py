@@ -11,7 +11,7 @@ import httpx
 from hub.policyfile import load_policy, policy_to_dict
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
-from tests.integration.sessions.helpers import STOP_ON_EXIT, get_when_up, session
+from tests.integration.sessions.helpers import STOP_ON_EXIT, get_when_up, gpufed, session
 
 
 async def set_policy(fed: InProcessFederation, text: str) -> None:
@@ -78,3 +78,18 @@ async def test_a_session_is_stopped_at_its_maximum_lifetime(fed: InProcessFedera
     assert ended["reason"] == "max_lifetime"
     assert ended["finished_at"] - running["started_at"] >= 2.0
     assert "maximum lifetime of 2s" in ended["message"]
+
+
+async def test_jobs_says_why_the_hub_stopped_a_session(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await set_policy(fed, "sessions: {max_lifetime: 1s}")
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
+    await fed.wait_spokes(1)
+    wid = await fed.submit(**session("nb"))
+    await fed.wait_phase(wid, {Phase.CANCELLED}, timeout=30)
+    async with fed.serve() as api:
+        code, out, err = await gpufed(fed, api, "jobs")
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.startswith(wid)]
+    # The owner of a notebook that went away sees why in the table, not a blank.
+    assert "cancelled" in row and "maximum lifetime of 1s" in row
