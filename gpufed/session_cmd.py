@@ -109,9 +109,10 @@ def _open(args: argparse.Namespace) -> int:
             print(url)
             return 0
         time.sleep(POLL_S)
+    # Say where it is (a session still queued for GPUs is not "running"), and that it stays.
     print(
-        f"gpufed session open: {wid} has no reachable URL after {args.timeout:g} s; it keeps "
-        f"running: `gpufed session close {wid}` to stop it",
+        f"gpufed session open: {wid} has no reachable URL after {args.timeout:g} s; it is "
+        f"still {said or record['phase']} (`gpufed session close {wid}` to stop it)",
         file=sys.stderr,
     )
     return 1

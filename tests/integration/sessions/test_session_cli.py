@@ -58,3 +58,21 @@ async def test_open_says_why_when_the_session_fails(fed: InProcessFederation) ->
     assert code == 1
     assert "ended failed" in err and "exit code 3" in err
     assert out == ""
+
+
+async def test_open_that_times_out_says_the_session_still_waits_and_why(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
+    await fed.wait_spokes(1)
+    async with fed.serve() as api:
+        code, out, err = await gpufed(
+            fed, api, "session", "open", "--team", "vision", "--gpu-model", "B200",
+            "--timeout", "1", "--", sys.executable, "-c", SERVER,
+        )  # fmt: skip
+    assert code == 1 and out == ""
+    last = err.strip().splitlines()[-1]
+    # It never ran: the last word says it is queued and why, not that it "keeps running".
+    assert "still queued: no schedulable node has B200 GPUs" in last, err
+    assert "gpufed session close w" in last
