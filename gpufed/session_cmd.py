@@ -60,6 +60,14 @@ def _session(args: argparse.Namespace) -> int:
         return _open(args)
     if args.action == "list":
         return _list(args)
+    kind = args.client.workload(args.id)["spec"].get("kind", "job")
+    if kind != "session":  # a mistyped id must not stop someone's training run
+        print(
+            f"gpufed session close: {args.id} is a {kind}, not a session "
+            f"(`gpufed cancel {args.id}` stops it)",
+            file=sys.stderr,
+        )
+        return 1
     r = args.client.cancel(args.id)
     print(f"{r['id']}: {'closed' if r['phase'] in TERMINAL else 'closing'}")
     return 0

@@ -76,3 +76,17 @@ async def test_open_that_times_out_says_the_session_still_waits_and_why(
     # It never ran: the last word says it is queued and why, not that it "keeps running".
     assert "still queued: no schedulable node has B200 GPUs" in last, err
     assert "gpufed session close w" in last
+
+
+async def test_close_refuses_a_workload_that_is_not_a_session(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"), **STOP_ON_EXIT)
+    await fed.wait_spokes(1)
+    job = await fed.submit(name="train", team="vision", command=["sleep", "60"])
+    await fed.wait_phase(job, {Phase.RUNNING})
+    async with fed.serve() as api:
+        code, out, err = await gpufed(fed, api, "session", "close", job)
+    assert code == 1 and out == ""
+    assert f"{job} is a job, not a session (`gpufed cancel {job}` stops it)" in err
+    record = await fed.workload(job)
+    assert record["phase"] == "running" and not record["cancel_requested"]
