@@ -125,6 +125,7 @@ class LocalRuntime:
         log_path = self._log_prefix + log_name(launch.workload_id, launch.epoch)
         if launch.spec.kind.exposes_port:
             run.port = free_port()
+        master = free_port() if len(launch.assignments) > 1 else None  # a gang's rendezvous
         if self.leftovers.removing(launch.workload_id):  # started again as its files go
             await self.leftovers.settled()
         # A workspace the spoke has just made needs no check that it exists and may be entered.
@@ -138,7 +139,7 @@ class LocalRuntime:
         self._journal.start(launch, run.port, run.exits)
         try:
             for rank in range(len(launch.assignments)):
-                env = environment(launch, rank, self._inherited)
+                env = environment(launch, rank, self._inherited, master)
                 env["GPUFED_LOAD_FILE"] = f"{self._load_prefix}{launch.workload_id}.load"
                 options = self._as_user(env, launch, rank)
                 if run.port is not None and rank == 0:

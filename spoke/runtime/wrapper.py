@@ -26,8 +26,11 @@ INHERITED_ENV = (
 )  # fmt: skip
 
 
-def environment(launch: Launch, rank: int, inherited: dict[str, str]) -> dict[str, str]:
-    """Rank `rank`'s environment: `inherited`, the spec's `env`, then gpufed's own."""
+def environment(
+    launch: Launch, rank: int, inherited: dict[str, str], master_port: int | None = None
+) -> dict[str, str]:
+    """Rank `rank`'s environment: `inherited`, the spec's `env`, then gpufed's own; a gang's
+    ranks (all on this host) meet at rank 0 on 127.0.0.1:`master_port`."""
     assignment = launch.assignments[rank]
     env = dict(inherited)
     env.update(launch.spec.env)
@@ -41,6 +44,8 @@ def environment(launch: Launch, rank: int, inherited: dict[str, str]) -> dict[st
             "GPUFED_NUM_NODES": str(len(launch.assignments)),
         }
     )
+    if master_port is not None:
+        env["GPUFED_MASTER_ADDR"], env["GPUFED_MASTER_PORT"] = "127.0.0.1", str(master_port)
     if assignment.fraction is not None:
         env["GPUFED_GPU_FRACTION"] = f"{assignment.fraction:g}"
     return env

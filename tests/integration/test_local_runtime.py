@@ -21,6 +21,7 @@ from spoke.errors import PermanentSpokeError
 from spoke.ports import EventSink, Launch, RuntimeEvent
 from spoke.runtime.local import LocalRuntime
 from spoke.runtime.runas import RunAs
+from tests.support.rendezvous import RENDEZVOUS
 from tests.support.wait import wait_until
 
 
@@ -366,3 +367,33 @@ async def test_a_workload_past_its_max_runtime_is_killed_and_says_so(tmp_path: P
         -9,
     )
     assert end.message.startswith("killed at its max_runtime_s (1 s); exit code -9; log ")
+
+
+async def test_a_gangs_ranks_meet_at_the_master_address_they_are_given(tmp_path: Path) -> None:
+    """Every rank of a gang gets GPUFED_MASTER_ADDR and GPUFED_MASTER_PORT, where rank 0 can
+    listen and the others reach it (what torchrun's --master_addr/--master_port need)."""
+    events: list[RuntimeEvent] = []
+
+    async def sink(event: RuntimeEvent) -> None:
+        events.append(event)
+
+    nodes = ("n0", "n1", "n2")
+    launch = Launch(
+        workload_id="train",
+        epoch=1,
+        decision_id="train-e1-place",
+        spec=WorkloadSpec(name="w", team="t", nodes=3, command=RENDEZVOUS),
+        assignments=tuple(Assignment(node=n, devices=(0,)) for n in nodes),
+    )
+    runtime = LocalRuntime(sink, tmp_path / "logs")
+    try:
+        await runtime.start(launch)
+        await wait_until(lambda: len(events) == 2, timeout=60, what="the end of the gang")
+        log = runtime.read_log("train", 1, 0, 10_000).data.decode()
+    finally:
+        await runtime.close()
+    assert [(e.phase, e.exit_code) for e in events] == [
+        (EventPhase.RUNNING, None),
+        (EventPhase.SUCCEEDED, 0),
+    ], log
+    assert log.splitlines() == ["rank 0 of 3 met rank 1 on n1, rank 2 on n2"]

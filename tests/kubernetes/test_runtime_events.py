@@ -287,7 +287,7 @@ async def test_a_session_gets_a_service_whose_url_comes_with_running_and_goes_wi
 ) -> None:
     job = await started(runtime, cluster, kind="session")
     [container] = job["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert (env["GPUFED_HOST"], env["GPUFED_PORT"]) == ("0.0.0.0", "8000")
     [created] = cluster.requests("post", f"/namespaces/{NS}/services")
     service = created.data

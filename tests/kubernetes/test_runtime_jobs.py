@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
-from schemas import Assignment, WorkloadSpec
+from schemas import Assignment, EventPhase, WorkloadSpec
 from spoke.errors import PermanentSpokeError, RetryableSpokeError
 from spoke.ports import Launch
 from spoke.runtime.kubernetes import KubernetesRuntime, job_name_for
@@ -79,7 +79,7 @@ async def test_job_lands_in_team_namespace_with_gpus_labels_priority_and_pinning
         "memory": "128Gi",
     }
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["WANDB_MODE"] == "offline"
     assert env["GPUFED_WORKLOAD_ID"] == "wl-train-1"
     assert "CUDA_VISIBLE_DEVICES" not in env, "the device plugin chooses the devices"
@@ -168,6 +168,42 @@ async def test_gang_is_an_indexed_job_with_one_pod_per_assigned_node(
         "gpufed.io/workload-id": "wl-train-1",
         "gpufed.io/epoch": "3",
     }
+    # The ranks find rank 0 by name: a headless Service names each pod <job>-<rank>.<job>,
+    # and every rank is told where rank 0 is and its own rank, as on the other runtimes.
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "wl-train-1-e3"
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["GPUFED_NUM_NODES"] == "3"
+    assert env["GPUFED_NODE_RANK"] == {
+        "fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        }
+    }
+    assert env["GPUFED_NODE"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    master = "wl-train-1-e3-0.wl-train-1-e3.gpufed-ml.svc"
+    assert (env["GPUFED_MASTER_ADDR"], env["GPUFED_MASTER_PORT"]) == (master, "29500")
+    [created] = cluster.requests("post", "/namespaces/gpufed-ml/services")
+    service = created.data
+    assert service["metadata"]["name"] == "wl-train-1-e3"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
+    assert service["spec"]["selector"] == spread["labelSelector"]["matchLabels"]
+    assert service["spec"]["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500}]
+    await runtime.stop("wl-train-1", 1.0, EventPhase.CANCELLED)
+    assert cluster.requests("delete", "/services/wl-train-1-e3")
+
+
+async def test_a_single_node_job_is_rank_0_of_1_and_gets_no_service(
+    runtime: KubernetesRuntime, cluster: Cluster
+) -> None:
+    await runtime.start(launch())
+    job = cluster.job("gpufed-ml", "wl-train-1-e3")
+    assert job is not None
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert (env["GPUFED_NODE_RANK"], env["GPUFED_NUM_NODES"]) == ("0", "1")
+    assert "GPUFED_MASTER_ADDR" not in env and "subdomain" not in job["spec"]["template"]["spec"]
+    assert not cluster.requests("post", "/services")
 
 
 async def test_mig_pool_assignment_requests_the_mig_resource_on_its_host(

@@ -13,6 +13,7 @@ from spoke.runtime.retention import Keep
 from spoke.runtime.slurm import SlurmRuntime
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import EventLog, launch
+from tests.support.rendezvous import RENDEZVOUS
 
 
 async def test_a_single_node_job_runs_with_its_environment_and_succeeds(
@@ -90,6 +91,18 @@ async def test_a_two_node_gang_runs_one_task_on_each_node_together(
     assert end.phase is EventPhase.SUCCEEDED
     lines = sorted(runtime.log_path("gang", 0).read_text().splitlines())
     assert lines == ["rank 0 of 2 on n1", "rank 1 of 2 on n2"]
+
+
+async def test_a_gangs_ranks_meet_at_the_master_address_they_are_given(
+    runtime: SlurmRuntime, events: EventLog
+) -> None:
+    """As on the other runtimes: rank 0 listens at $GPUFED_MASTER_ADDR:$GPUFED_MASTER_PORT
+    (the node srun ran on, a port of the job's own) and the other ranks reach it there."""
+    await runtime.start(launch("meet", list(RENDEZVOUS), nodes=("n1", "n2"), gpus=4))
+    end = await events.wait_end("meet")
+    log = runtime.log_path("meet", 0).read_text()
+    assert end.phase is EventPhase.SUCCEEDED, log
+    assert log.splitlines() == ["rank 0 of 2 met rank 1 on n2"]
 
 
 async def test_a_gang_fails_as_a_whole_when_one_node_fails(

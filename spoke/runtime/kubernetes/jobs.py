@@ -189,7 +189,7 @@ class SpokeJobs:
             propagation_policy="Background",
             grace_period_seconds=grace,
         )
-        if tracked.endpoint:  # its Service is named as its Job
+        if tracked.has_service:  # named as its Job
             await request_json_unless(
                 {404},
                 f"delete service {tracked.namespace}/{tracked.job_name}",

@@ -1,7 +1,9 @@
 """The Kubernetes objects the runtime creates: a workload's batch/v1 Job and its team's namespace.
 
 Pure functions of a Launch: no API calls. A gang of N nodes is one Indexed Job with
-parallelism = completions = N and one pod per node (pod anti-affinity on the host).
+parallelism = completions = N and one pod per node (pod anti-affinity on the host); its pods
+are named by a headless Service (`<job>-<rank>.<job>`), so every rank reaches rank 0 at
+$GPUFED_MASTER_ADDR:$GPUFED_MASTER_PORT, as on the other runtimes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ MEMORY_GIB_PER_GPU = 32
 SESSION_PORT = 8000
 #: On a session's or service's Job: the URL its Service gives it (read back on adoption).
 ANNOTATION_ENDPOINT = "gpufed.io/endpoint"
+#: The port a gang's rank 0 may listen on for the others ($GPUFED_MASTER_PORT): a pod has its
+#: own network, so one port does for every gang (torchrun's default).
+RENDEZVOUS_PORT = 29500
+#: An Indexed Job's pod's rank, which the Job controller writes on the pod.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 DEFAULT_DENY_POLICY = "gpufed-default-deny"
 SAME_NAMESPACE_POLICY = "gpufed-allow-same-namespace"
 
@@ -61,15 +68,23 @@ def job_name_for(workload_id: str, epoch: int) -> str:
     return f"{dns_name(workload_id, 63 - len(suffix))}{suffix}"
 
 
-def endpoint_for(namespace: str, job_name: str) -> str:
-    """The cluster DNS URL of a session's or service's Service (named as its Job)."""
-    return f"http://{job_name}.{namespace}.svc.cluster.local:{SESSION_PORT}"
+def endpoint_for(namespace: str, job_name: str, nodes: int = 1) -> str:
+    """The cluster DNS URL of a session's or service's Service (named as its Job); a gang's
+    is its rank 0's pod."""
+    host = rank0_host(namespace, job_name) if nodes > 1 else f"{job_name}.{namespace}.svc"
+    return f"http://{host}.cluster.local:{SESSION_PORT}"
+
+
+def rank0_host(namespace: str, job_name: str) -> str:
+    """A gang's rank 0 pod, by the name its headless Service gives it (less `.cluster.local`)."""
+    return f"{job_name}-0.{job_name}.{namespace}.svc"
 
 
 def build_service(
     launch: Launch, *, namespace: str, job_name: str, job_uid: str | None = None
 ) -> dict[str, Any]:
-    """The v1 Service (ClusterIP) in front of a session's or service's pod of this epoch.
+    """The v1 Service of this epoch's pods: a ClusterIP in front of a session's or service's
+    pod, a headless one (every pod named, ready or not) for a gang.
 
     Owned by its Job (`job_uid`), so the cluster deletes it with the Job however that ends.
     """
@@ -83,16 +98,15 @@ def build_service(
     if job_uid:
         owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid}
         metadata["ownerReferences"] = [owner]
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [{"name": "http", "port": SESSION_PORT, "targetPort": SESSION_PORT}],
-        },
-    }
+    ports = []
+    if launch.spec.kind.exposes_port:
+        ports.append({"name": "http", "port": SESSION_PORT, "targetPort": SESSION_PORT})
+    spec: dict[str, Any] = {"type": "ClusterIP", "selector": selector, "ports": ports}
+    if launch.spec.nodes > 1:
+        rendezvous = {"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}
+        ports.append(rendezvous)
+        spec |= {"clusterIP": "None", "publishNotReadyAddresses": True}
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
 
 
 def build_job(
@@ -116,18 +130,28 @@ def build_job(
         LABEL_MANAGED_BY: MANAGED_BY,
     }
     annotations = {ANNOTATION_WORKLOAD: launch.workload_id, ANNOTATION_DECISION: launch.decision_id}
-    env = [{"name": key, "value": value} for key, value in spec.env.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in spec.env.items()]
     env += [
         {"name": "GPUFED_WORKLOAD_ID", "value": launch.workload_id},
         {"name": "GPUFED_EPOCH", "value": str(launch.epoch)},
-        {"name": "GPUFED_NODES", "value": str(spec.nodes)},
+        {"name": "GPUFED_NUM_NODES", "value": str(spec.nodes)},
+        {"name": "GPUFED_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
+    if spec.nodes > 1:
+        index = f"metadata.annotations['{COMPLETION_INDEX}']"
+        env += [
+            {"name": "GPUFED_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": index}}},
+            {"name": "GPUFED_MASTER_ADDR", "value": rank0_host(namespace, job_name)},
+            {"name": "GPUFED_MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        ]
+    else:
+        env.append({"name": "GPUFED_NODE_RANK", "value": "0"})
     if spec.kind.exposes_port:
         env += [
             {"name": "GPUFED_HOST", "value": "0.0.0.0"},  # all of the pod's own addresses
             {"name": "GPUFED_PORT", "value": str(SESSION_PORT)},
         ]
-        annotations[ANNOTATION_ENDPOINT] = endpoint_for(namespace, job_name)
+        annotations[ANNOTATION_ENDPOINT] = endpoint_for(namespace, job_name, spec.nodes)
     reserved = RESERVED_ENV & spec.env.keys()
     if reserved:  # the spec was validated; this guards a spec built past validation
         raise PermanentSpokeError(f"env: {', '.join(sorted(reserved))} is set by the cluster")
@@ -185,6 +209,7 @@ def build_job(
     }
     if spec.nodes > 1:
         job_spec["completionMode"] = "Indexed"  # JOB_COMPLETION_INDEX gives each pod its rank
+        pod_spec["subdomain"] = job_name  # with the headless Service: <job>-<rank>.<job>
     if spec.max_runtime_s is not None:
         job_spec["activeDeadlineSeconds"] = spec.max_runtime_s
     return {

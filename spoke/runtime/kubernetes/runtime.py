@@ -107,7 +107,11 @@ class KubernetesRuntime:
             namespace=namespace,
             job_name=job_name,
             nodes=launch.spec.nodes,
-            endpoint=endpoint_for(namespace, job_name) if launch.spec.kind.exposes_port else "",
+            endpoint=(
+                endpoint_for(namespace, job_name, launch.spec.nodes)
+                if launch.spec.kind.exposes_port
+                else ""
+            ),
         )
         # Registered before the create so that no watch event of the new Job goes unheard.
         self._tracker.workloads[launch.workload_id] = tracked
@@ -115,7 +119,7 @@ class KubernetesRuntime:
             created = await self._jobs.create_job(namespace, job_name, manifest)
             if created is None:
                 await self._take_over_existing(tracked)
-            if tracked.endpoint:
+            if tracked.has_service:
                 uid = meta(created).get("uid") if created is not None else None
                 service = build_service(launch, namespace=namespace, job_name=job_name, job_uid=uid)
                 await self._jobs.create_service(namespace, service)

@@ -44,6 +44,11 @@ class Tracked:
     succeeded_pods: set[str] = field(default_factory=set)
     ended: anyio.Event = field(default_factory=anyio.Event)
 
+    @property
+    def has_service(self) -> bool:
+        """A session or service (its URL) and a gang (its ranks' names) have a Service."""
+        return bool(self.endpoint) or self.nodes > 1
+
 
 class TrackedJobs(Protocol):
     """What the Tracker asks of the cluster (`jobs.SpokeJobs` is the one used)."""

@@ -24,6 +24,14 @@ RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
 #: Runs on every node: the node's rank and name, then the command itself (a missing program
 #: exits 127 like in a shell, so it is reported as command_not_found).
 _TASK = 'export GPUFED_NODE_RANK="$SLURM_NODEID" GPUFED_NODE="$SLURMD_NODENAME"; exec "$@"'
+#: A gang's tasks also learn where rank 0 listens for the others: the node srun ran on (the
+#: batch script runs on the allocation's first node, rank 0's), on a port of the job's own
+#: below Linux's ephemeral range (two jobs sharing a node do not pick the same one).
+_GANG_TASK = _TASK.replace(
+    "; exec",
+    ' GPUFED_MASTER_ADDR="$SLURM_LAUNCH_NODE_IPADDR"'
+    " GPUFED_MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000)); exec",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +153,7 @@ def batch_script(launch: Launch, exit_path: Path) -> str:
         "--kill-on-bad-exit=1",
         "/bin/sh",
         "-c",
-        _TASK,
+        _GANG_TASK if nodes > 1 else _TASK,
         "gpufed-task",
         *launch.spec.command,
     ]
