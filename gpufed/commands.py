@@ -354,7 +354,18 @@ def _usage(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    chunk = args.client.log(args.id, None, max(1, min(args.bytes, 128 * 1024)))
+    tail = max(1, min(args.bytes, 128 * 1024))
+    try:
+        chunk = args.client.log(args.id, None, tail)
+    except ApiError as exc:
+        if not (args.follow and exc.code == "conflict"):  # it has not run anywhere yet
+            raise
+        try:
+            if not _until_placed(args):
+                return 1
+        except KeyboardInterrupt:
+            return 0
+        chunk = args.client.log(args.id, None, tail)
     sys.stdout.write(chunk["data"])
     sys.stdout.flush()
     if not args.follow:
@@ -376,6 +387,29 @@ def _logs(args: argparse.Namespace) -> int:
                 time.sleep(1.0)
     except KeyboardInterrupt:
         return 0
+
+
+def _until_placed(args: argparse.Namespace) -> bool:
+    """`logs -f` of work not placed yet: wait for a spoke to take it, saying once why it waits
+    (a user submits, then follows at once); False, said, if it ends without running."""
+    said = False
+    while True:
+        r = args.client.workload(args.id)
+        if r["spoke_id"] is not None or r["attempts"]:
+            return True
+        if r["phase"] != "queued":
+            print(f"gpufed logs: {args.id} {r['phase']} without running", file=sys.stderr)
+            return False
+        if not said:
+            why = r["message"] or "not looked at yet"
+            print(
+                f"gpufed logs: {args.id} is queued ({why}); waiting for it to start "
+                "(Ctrl-C to stop)",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+        time.sleep(1.0)
 
 
 def _top(args: argparse.Namespace) -> int:

@@ -228,3 +228,54 @@ async def test_work_a_cloud_instance_starts_for_says_so_until_it_is_placed(
     await until(lambda: hub.instances["burst-t1"].state is InstanceState.RUNNING)
     assert fed.api is not None
     assert (await fed.api.get(f"/v1/workloads/{wid}")).json()["cloud_instance"] is None
+
+
+async def test_logs_follow_of_queued_work_waits_for_it_to_start(
+    fed: InProcessFederation,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`gpufed logs -f` just after `submit` (the job still queued) waits for it to start,
+    saying once why it waits, then follows it; one that ends without running says so."""
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    gate = tmp_path / "go"
+    hold = await fed.submit(
+        name="hold",
+        team="vision",
+        command=["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"],
+    )
+    await fed.wait_phase(hold, {Phase.RUNNING})
+    wid = await fed.submit(name="next", team="vision", command=["sh", "-c", "echo started"])
+    never = await fed.submit(name="never", team="vision", gpus_per_node=8, command=["true"])
+    captured: list[tuple[str, str]] = []
+
+    def said(text: str) -> bool:
+        captured.append(capsys.readouterr())
+        return any(text in err for _, err in captured)
+
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        follow = asyncio.create_task(asyncio.to_thread(main, ["logs", wid, "-f"]))
+        await until(lambda: said(f"gpufed logs: {wid} is queued ("))
+        gate.touch()
+        assert await follow == 0
+        said("")
+        out = "".join(o for o, _ in captured)
+        err = "".join(e for _, e in captured)
+        assert out == "started\n"
+        assert err.count("waiting for it to start (Ctrl-C to stop)") == 1, err
+
+        captured.clear()
+        cancelled = asyncio.create_task(asyncio.to_thread(main, ["logs", never, "-f"]))
+        await until(lambda: said(f"gpufed logs: {never} is queued ("))
+        assert await asyncio.to_thread(main, ["cancel", never]) == 0
+        assert await cancelled == 1
+        said("")
+        assert f"gpufed logs: {never} cancelled without running\n" in "".join(
+            e for _, e in captured
+        )
