@@ -15,7 +15,9 @@ confined to its own subjects (`bus.identities`). This writes, under `--out`:
   credential with);
 - `regions/<region>/nats-auth.yaml`: the leaf node's `auth.conf` (operator, preloaded accounts,
   the hub's leaf address) and `leaf.creds`, its credential at the hub;
-- `regions/<region>/spoke-<id>.yaml`: Secret `gpufed-spoke-nats` of each of its spokes;
+- `regions/<region>/spoke-<id>.yaml`: Secret `gpufed-spoke-nats` of each of its spokes, and
+  the same credential as a plain `spoke-<id>.creds` (0600) for a spoke outside Kubernetes (a
+  Slurm login node: deploy/slurm/README.md); `hub/spoke-<id>.creds` likewise;
 - `regions/<region>/admin.creds`: a full GPUFED user for `gpufed region-streams` (0600).
 
 `gpufed nats-authority revoke --out DIR NAME...` refuses a leaked credential from then on:
@@ -104,7 +106,7 @@ def write_deploy_auth(
                 authority.issue("hub", identities.hub_permissions(), now=now, keep=True).creds),
     ]  # fmt: skip
     for spoke in hub_spokes:
-        written.append(_spoke(out / "hub", authority, spoke, hub_url, now))
+        written += _spoke(out / "hub", authority, spoke, hub_url, now)
     if burst:
         controller = authority.issue(
             identities.BURST, identities.burst_permissions(), now=now, keep=True
@@ -127,7 +129,7 @@ def write_deploy_auth(
         assert hub_leaf_url is not None
         written.append(_leaf_auth(folder, authority, hub_leaf_url, leaf.creds))
         for spoke in region.spokes:
-            written.append(_spoke(folder, authority, spoke, DEFAULT_CLIENT_URL, now))
+            written += _spoke(folder, authority, spoke, DEFAULT_CLIENT_URL, now)
         admin = authority.issue(f"admin-{region.name}", Permissions(), now=now, keep=True)
         written.append(write_secret(folder / "admin.creds", admin.creds))
     return written
@@ -214,11 +216,16 @@ def _check_spoke(spoke: str) -> None:
         raise ValueError(f"{spoke!r} is not a spoke id (letters, digits, '_' and '-')")
 
 
-def _spoke(folder: Path, authority: NatsAuthority, spoke: str, url: str, now: int) -> Path:
+def _spoke(folder: Path, authority: NatsAuthority, spoke: str, url: str, now: int) -> list[Path]:
+    """A spoke's Secret (its pod mounts it) and the same credential as a `.creds` file (what
+    `--nats-creds` reads where there is no pod: a Slurm login node, a bare GPU box)."""
     issued = authority.issue(
         f"spoke-{spoke}", identities.spoke_permissions(spoke), now=now, keep=True
     )
-    return _client(folder / f"spoke-{spoke}.yaml", "gpufed-spoke-nats", url, issued.creds)
+    return [
+        _client(folder / f"spoke-{spoke}.yaml", "gpufed-spoke-nats", url, issued.creds),
+        write_secret(folder / f"spoke-{spoke}.creds", issued.creds),
+    ]
 
 
 def _leaf_auth(folder: Path, authority: NatsAuthority, hub_leaf_url: str, creds: str) -> Path:
