@@ -287,11 +287,12 @@ class Handlers(Intake):
     def _apply_event(self, w: WorkloadRecord, event: WorkloadEvent) -> bool:
         """Move a workload on from its spoke's event; False if the event changes nothing."""
         now = self.state.clock()
+        at = reported_at(w, event.at, now)
         if event.phase == EventPhase.RUNNING:
             if not lifecycle.allows(w.phase, Event.START):
                 return False  # a repeat, or the end overtook it
-            transitions.start(w, now, event.endpoint)
-            waited = max(0.0, now - queued_since(w))
+            transitions.start(w, at, event.endpoint)
+            waited = max(0.0, at - queued_since(w))
             self.state.metrics.waited(w.spec.priority_class, waited)
             return True
         reason = lifecycle.reported_end(event.phase, event.reason)
@@ -302,7 +303,7 @@ class Handlers(Intake):
             reason, detail = EndReason(w.stop_reason), w.stop_notice
         if event.reason == "runtime_refused" and event.spoke_id not in w.rejected_by:
             w.rejected_by = [*w.rejected_by, event.spoke_id]  # never placed there again
-        ended = transitions.end(w, reason, now, detail, event.exit_code)
+        ended = transitions.end(w, reason, at, detail, event.exit_code)
         self.state.metrics.attempt_ended(reason.value, requeued=w.phase == Phase.QUEUED)
         # The spoke frees devices before it reports the end: its last report may list them.
         self.state.ended[w.id] = (transitions.running_of(ended, w), ended.epoch)
@@ -319,6 +320,19 @@ class Handlers(Intake):
 
 class _Forged(ValueError):
     """A message whose claimed identity does not match the subject it came on."""
+
+
+def reported_at(w: WorkloadRecord, spoke_at: float, now: float) -> float:
+    """When a spoke's event happened, as the hub records it: the spoke's own time, kept
+    between the workload's last recorded step and now.
+
+    A spoke runs on while the hub (or the WAN) is away and reports what happened once it is
+    back; timed at arrival, a run that ended early would count the whole outage (its
+    GPU-hours, its team's fair share, `run_s`). The bounds keep a skewed spoke clock from
+    putting a step before the one it follows or in the future.
+    """
+    last = w.history[-1].at if w.history else w.submitted_at
+    return min(now, max(spoke_at, last))
 
 
 def queued_since(w: WorkloadRecord) -> float:

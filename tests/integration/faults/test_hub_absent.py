@@ -4,6 +4,8 @@ the hub is not reachable, logs no malformed ack, and fences its movable work aft
 
 from __future__ import annotations
 
+import time
+
 import structlog
 
 from schemas import Phase
@@ -44,3 +46,33 @@ async def test_a_spoke_without_its_hub_fences_and_takes_no_reply_for_an_ack(
     assert events.count("hub_not_reachable") == 1
     assert "fencing_workload" in events
     assert kept in spoke.runtime.running()  # on_hub_loss=keep runs on
+
+
+#: How long the hub is away in the test below, by its clock.
+AWAY_S = 3600.0
+
+
+async def test_a_run_that_ended_while_the_hub_was_away_counts_its_own_time(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    spoke = await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "H100"), heartbeat_s=0.2)
+    await fed.wait_spokes(1)
+    release = fed.root / "release"
+    wid = await fed.submit(
+        name="short",
+        team="drill",
+        on_hub_loss="keep",
+        command=["sh", "-c", f'until [ -e "{release}" ]; do sleep 0.05; done'],
+    )
+    await fed.wait_phase(wid, {Phase.RUNNING})
+
+    await fed.stop("hub")
+    release.touch()  # it ends on its spoke, which journals the end for the hub
+    await wait_until(lambda: wid not in spoke.runtime.running(), timeout=30, what="its end")
+    await fed.start_hub(clock=lambda: time.time() + AWAY_S)  # back an hour later
+    record = await fed.wait_phase(wid, {Phase.SUCCEEDED})
+
+    # The run's own seconds (GPU-hours, fair share), not the hub's hour away.
+    assert record["run_s"] < AWAY_S / 2
+    assert record["history"][-1]["at"] < time.time()
