@@ -226,6 +226,15 @@ def creds_jwt(text: str) -> str:
     raise JwtError("no user JWT in the creds text")
 
 
+def creds_seed(text: str) -> str:
+    """The user seed inside a `.creds` text (raises JwtError if there is none)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("-----BEGIN USER NKEY SEED") and i + 1 < len(lines):
+            return lines[i + 1].strip()
+    raise JwtError("no user seed in the creds text")
+
+
 def _allow_deny(allow: tuple[str, ...], deny: tuple[str, ...]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if allow:

@@ -48,6 +48,27 @@ def nats_url(args: argparse.Namespace) -> str:
     return read_secret(args.nats_url_file, "--nats-url-file") or str(args.nats_url)
 
 
+def check_nats_files(args: argparse.Namespace) -> None:
+    """--nats-creds and --nats-ca, read as the NATS client will read them: a ValueError naming
+    the flag and the file when one cannot be read or holds no credential. Found only at
+    connect, a missing file was retried twice a second for ever and a file without a seed
+    ended in a traceback."""
+    from bus import jwt
+
+    if args.nats_creds is not None:
+        text = read_secret_file(args.nats_creds, "--nats-creds")
+        try:
+            jwt.creds_jwt(text)
+            jwt.creds_seed(text)
+        except jwt.JwtError:
+            raise ValueError(
+                f"--nats-creds: not a NATS credentials file (a user JWT and its seed): "
+                f"{args.nats_creds}"
+            ) from None
+    if args.nats_ca is not None:
+        read_secret_file(args.nats_ca, "--nats-ca")
+
+
 def read_secret(path: Path | None, flag: str) -> str | None:
     """The stripped text of a secret file (None without one); exits naming the flag."""
     if path is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufed import logs
-from gpufed.cliflags import add_nats_flags, given, nats_url, pair
+from gpufed.cliflags import add_nats_flags, check_nats_files, given, nats_url, pair
 
 
 def add_spoke_command(sub: Any) -> None:
@@ -158,6 +158,7 @@ def _spoke(args: argparse.Namespace) -> int:
 
     logs.configure()
     try:
+        check_nats_files(args)
         labels = dict(pair(item) for item in args.label)
         settings = SpokeSettings(
             id=args.id,
