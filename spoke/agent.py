@@ -46,17 +46,11 @@ from spoke.devices import check_assignments, node_capacity, with_mig_profiles
 from spoke.errors import PermanentSpokeError, SpokeError
 from spoke.fencing import Fence
 from spoke.interruption import InterruptionNotice, watch_interruption
+from spoke.inventory.lastknown import LastKnown
 from spoke.journal import Journal
 from spoke.logserve import answer_log_request
 from spoke.outbox import Outbox, drain, publish_outbox
-from spoke.ports import (
-    EventSink,
-    Inventory,
-    Launch,
-    NodeInventory,
-    Runtime,
-    RuntimeEvent,
-)
+from spoke.ports import EventSink, Inventory, Launch, NodeInventory, Runtime, RuntimeEvent
 from spoke.settings import SpokeSettings
 from spoke.telemetry import NoTelemetry, Telemetry
 
@@ -86,7 +80,7 @@ class SpokeAgent:
     ) -> None:
         self.settings = settings
         self.bus = bus
-        self.inventory = inventory
+        self.inventory = LastKnown(inventory)  # a heartbeat even while the cluster is away
         self.runtime = runtime_factory(self._on_runtime_event)
         self.clock = clock
         self.incarnation = f"{int(clock())}-{secrets.token_hex(4)}"
