@@ -27,6 +27,7 @@ from nats.js.api import (
 
 from bus import natsclient
 from bus.durable import Durable, describe, publish_all
+from bus.loglines import RepeatedLines
 from bus.pull import PULL_EXPIRES_S, Puller, open_puller
 from bus.streams import DUPLICATE_WINDOW_S as DUPLICATE_WINDOW_S
 from bus.streams import stream_configs
@@ -84,6 +85,7 @@ class Bus:
         self.reconnected = asyncio.Event()  # set on every reconnect; whoever reacts clears it
         self._creds_watch: asyncio.Task[None] | None = None
         self.reconnects = 0  # since this process started (exported as a metric)
+        self.error_lines = RepeatedLines()  # nats_error: each text once, then every 30 s
 
     @property
     def nc(self) -> natsclient.Client:
@@ -479,7 +481,9 @@ class Bus:
     # --- connection callbacks: NATS reports permission denials only here ---
 
     async def _on_error(self, exc: Exception) -> None:
-        log.warning("nats_error", error=mask_url(str(exc)) or type(exc).__name__)
+        error = mask_url(str(exc)) or type(exc).__name__  # a refused server: retried for ever
+        if (held := self.error_lines.allow(error, asyncio.get_running_loop().time())) is not None:
+            log.warning("nats_error", error=error, held_back=held)
 
     async def _on_disconnect(self) -> None:
         self.connected.clear()

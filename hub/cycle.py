@@ -8,6 +8,7 @@ from operator import itemgetter
 
 import structlog
 
+from bus.loglines import LineThrottle
 from hub import transitions
 from hub.authstore import AuditEntry
 from hub.core.fleet import SnapshotBuilder
@@ -17,7 +18,6 @@ from hub.core.ordering import served
 from hub.core.planstate import PlanState
 from hub.ids import decision_id
 from hub.leases import Leases
-from hub.loglines import LineThrottle
 from hub.publishing import Publisher, decision
 from hub.records import DecisionRecord, Records, WorkloadRecord
 from hub.state import HubState

@@ -15,6 +15,7 @@ import structlog
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from bus.loglines import LineThrottle
 from hub import transitions
 from hub.core import lifecycle
 from hub.core.fencing import SUSPICIOUS, EventRefusal, refuse_event
@@ -25,7 +26,6 @@ from hub.idle import note_activity
 from hub.intake import AcceptForCycle, Intake, Replier
 from hub.intake import validation_error as validation_error
 from hub.leases import Leases
-from hub.loglines import LineThrottle
 from hub.records import SpokeRecord, WorkloadRecord
 from hub.state import HubState
 from hub.usage import accrue_bill

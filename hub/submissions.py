@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import structlog
 
+from bus.loglines import LineThrottle
 from hub.audit import log_written
 from hub.authstore import AuditEntry
 from hub.errors import InvalidWorkload, TooMany, Unavailable
 from hub.ids import new_workload_id
-from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from hub.state import HubState
 from schemas import Phase, WorkloadSpec

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import structlog
 
+from bus.loglines import LineThrottle
 from hub.core import lifecycle
 from hub.core.lifecycle import Attempt, EndReason, Verdict
 from hub.core.model import RunningWorkload
 from hub.core.ordering import served
-from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from schemas import Assignment, Phase
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import structlog
 import uvloop
 from nats.aio.msg import Msg
 
@@ -173,3 +174,24 @@ async def _held_reads(tmp_path: Path, tls: bool) -> None:
         await sender.close()
     finally:
         server.stop()
+
+
+async def test_a_refused_client_says_so_once_per_error_not_twice_a_second(
+    secure_nats: EmbeddedNats,
+) -> None:
+    """A spoke or hub given a wrong credential retries for ever (nats-py, every 0.5 s); its
+    log says each error once, then every 30 s with how many it held back, not 172,800 lines a
+    day."""
+    bus = Bus(BusSettings(url=secure_nats.url, name="refused", token="wrong"))
+    with structlog.testing.capture_logs() as logs:
+        connecting = asyncio.create_task(bus.connect())
+        try:
+            await wait_until(lambda: bus.error_lines.held >= 4, 30, "four refusals held back")
+        finally:
+            connecting.cancel()
+            await asyncio.gather(connecting, return_exceptions=True)
+            await bus.close()
+    said = [e["error"] for e in logs if e["event"] == "nats_error"]
+    assert "nats: 'Authorization Violation'" in said
+    assert len(said) == len(set(said)), said  # each text once
+    assert not bus.connected.is_set()

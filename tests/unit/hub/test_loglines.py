@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from bus.loglines import LineThrottle
 from gpufed import logs
 from hub import transitions
 from hub.core.lifecycle import EndReason
-from hub.loglines import LineThrottle
 from hub.records import WorkloadRecord
 from schemas import Assignment, WorkloadSpec
 
