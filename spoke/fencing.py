@@ -87,7 +87,10 @@ class Fence:
         if self.unanswered:
             return
         self.unanswered = True
-        silent = None if self.heard_at is None else round(now - self.heard_at, 1)
+        if self.heard_at is None:  # up before its hub (`gpufed up`, a fresh cluster): no lease
+            log.info("hub_not_up_yet")  # to lose, nothing to fence
+            return
+        silent = round(now - self.heard_at, 1)
         log.warning("hub_not_reachable", silent_s=silent, fence_after_s=self.fence_after_s)
 
     def saw_term(self, term: int) -> None:

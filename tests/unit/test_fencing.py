@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import structlog
 
+from gpufed import logs
 from schemas import LeaseAck, WorkloadSpec
 from spoke.fencing import Fence
 
@@ -78,3 +80,20 @@ def test_no_hub_to_answer_is_no_ack_and_is_said_once_per_silence(tmp_path: Path)
         f.no_hub(127.0)
     said = [e for e in logs if e["event"] == "hub_not_reachable"]
     assert [e["silent_s"] for e in said] == [1.0, 1.0]  # once per silence, again after an ack
+
+
+def test_a_spoke_up_before_its_hub_says_so_without_a_warning(tmp_path: Path) -> None:
+    """Under `gpufed up` every spoke starts before the hub answers: that is no silence of a
+    hub it had (no lease to lose, nothing to fence), so no warning with empty figures."""
+    logs.configure(sys.stderr, json=False, level="info")  # the tests' own is warning
+    f = fence(tmp_path)
+    with structlog.testing.capture_logs() as said:
+        f.sent(1, at=100.0)
+        f.no_hub(100.0)
+        f.no_hub(101.0)
+        f.sent(2, at=102.0)
+        assert f.acked(ack(2))
+    assert [(e["event"], e["log_level"]) for e in said] == [
+        ("hub_not_up_yet", "info"),
+        ("hub_heard_again", "info"),
+    ]
