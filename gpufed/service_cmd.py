@@ -153,7 +153,7 @@ def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
         f"(target {scaling['target']:g} {scaling['metric']} per replica)"
     )
     print(
-        f"  cost:      {s['requests']} requests, {s['gpu_seconds']:.1f} GPU-s, "
+        f"  cost:      {_count(s['requests'], 'request')}, {s['gpu_seconds']:.1f} GPU-s, "
         f"${s['cost_dollars']:.4f}; per 1,000 requests {_cost(s['cost_per_1k_requests'])}"
     )
     if s["message"]:
@@ -187,3 +187,8 @@ def _table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 request`, `2 requests`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -344,7 +344,7 @@ class HubService(HubView):
                 stored = await self.db(self.store.get, workload_id)
                 if stored is None:
                     raise NotFound(not_found(workload_id, self.settings.keep_ended_s))
-                raise Conflict(f"workload {workload_id} already ended {stored.phase.value}")
+                raise Conflict(f"workload {workload_id} has already ended ({stored.phase.value})")
             now = self.clock()
             live = record.live
             if live is None:

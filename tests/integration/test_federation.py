@@ -109,6 +109,7 @@ async def test_cancel_of_a_queued_workload_ends_it_at_once(fed: InProcessFederat
     again = await fed.api.delete(f"/v1/workloads/{wid}")
     assert again.status_code == 409
     assert again.json()["code"] == "conflict"
+    assert again.json()["message"] == f"workload {wid} has already ended (cancelled)"
     missing = await fed.api.delete("/v1/workloads/w-nope")
     assert missing.status_code == 404
 

@@ -14,6 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK, InvalidStatus
 
+from gpufed.cli import main
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
@@ -139,7 +140,11 @@ async def test_a_service_scales_up_under_load_and_down_after_it_with_its_cost(
     assert any(h["event"] == "scaled" and "-> 3" in h["detail"] for h in down["history"])
 
 
-async def test_a_service_at_zero_replicas_wakes_for_a_request(fed: InProcessFederation) -> None:
+async def test_a_service_at_zero_replicas_wakes_for_a_request(
+    fed: InProcessFederation,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     api = await start(fed)
     spec = service(
         "sleepy",
@@ -170,6 +175,12 @@ async def test_a_service_at_zero_replicas_wakes_for_a_request(fed: InProcessFede
     assert status["requests"] == 1
     woke = [h["detail"] for h in status["history"] if h["detail"].startswith("0 -> 1")]
     assert woke  # the request waiting at zero started a replica
+    async with fed.serve() as url:  # and `gpufed service show` counts it in words
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["service", "show", f"{TEAM}/sleepy"]) == 0
+        assert "  cost:      1 request, " in capsys.readouterr().out
 
 
 async def test_a_streamed_answer_reaches_the_caller_as_it_comes(
