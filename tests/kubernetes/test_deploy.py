@@ -160,6 +160,11 @@ def test_spoke_runs_the_documented_command_with_its_own_identity(
     pod = one(docs, "Deployment", "gpufed-spoke")["spec"]["template"]["spec"]
     assert one(docs, "ServiceAccount", pod["serviceAccountName"])
     assert one(docs, "Deployment", "gpufed-spoke")["spec"]["replicas"] == 1
+    # Its state (events owed to the hub, its lease) outlives the pod: a claim, not scratch.
+    mounts = {m["name"]: m["mountPath"] for m in spoke["volumeMounts"]}
+    [state] = [v for v in pod["volumes"] if v["name"] == "state"]
+    assert mounts["state"] == spoke["workingDir"] == "/data"
+    assert one(docs, "PersistentVolumeClaim", state["persistentVolumeClaim"]["claimName"])
 
 
 def test_spoke_rbac_is_exactly_what_the_inventory_and_runtime_use() -> None:
