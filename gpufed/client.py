@@ -157,6 +157,13 @@ class HubClient:
     def delete_service(self, team: str, name: str) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/services/{team}/{name}")  # type: ignore[no-any-return]
 
+    def cordon(self, spoke_id: str, reason: str = "") -> dict[str, Any]:
+        path = f"/v1/spokes/{spoke_id}/cordon"
+        return self._call("PUT", path, json={"reason": reason})  # type: ignore[no-any-return]
+
+    def uncordon(self, spoke_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/spokes/{spoke_id}/cordon")  # type: ignore[no-any-return]
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 

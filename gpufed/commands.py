@@ -75,6 +75,12 @@ def add_client_commands(sub: Any) -> None:
     cancel.add_argument("id")
 
     command("spokes", "list spokes and their GPUs", _spokes)
+    cordon = command(
+        "cordon", "take a spoke out of placement: no new work; what runs there runs on", _cordon
+    )
+    cordon.add_argument("spoke")
+    cordon.add_argument("--reason", default="", help="shown with the spoke (gpufed spokes)")
+    command("uncordon", "put a cordoned spoke back into placement", _uncordon).add_argument("spoke")
 
     policy = command("policy", "show the policy in force, or set a new one (admin)", _policy)
     policy.add_argument("action", choices=["show", "set"])
@@ -266,10 +272,31 @@ def _spokes(args: argparse.Namespace) -> int:
     rows = [("SPOKE", "REGION", "KIND", "STATUS", "NODES", "GPUS (free/total)", "RUNNING")]
     for s in spokes:
         gpus = ", ".join(f"{m} {v['free']:g}/{v['total']:g}" for m, v in sorted(s["gpus"].items()))
+        status = f"{s['status']}, cordoned" if s.get("cordoned") else s["status"]
         rows.append(
-            (s["id"], s["region"], s["kind"], s["status"], str(s["nodes"]), gpus, str(s["running"]))
+            (s["id"], s["region"], s["kind"], status, str(s["nodes"]), gpus, str(s["running"]))
         )
     _table(rows)
+    for s in spokes:
+        if s.get("cordoned"):
+            c = s["cordoned"]
+            why = f": {c['reason']}" if c["reason"] else ""
+            print(f"{s['id']} cordoned by {c['by']} {age(time.time() - c['at'])} ago{why}")
+    return 0
+
+
+def _cordon(args: argparse.Namespace) -> int:
+    s = args.client.cordon(args.spoke, args.reason)
+    print(
+        f"spoke {s['id']} cordoned: no new work goes there; {s['running']} running "
+        "workload(s) run on (gpufed uncordon to put it back)"
+    )
+    return 0
+
+
+def _uncordon(args: argparse.Namespace) -> int:
+    s = args.client.uncordon(args.spoke)
+    print(f"spoke {s['id']} back in placement")
     return 0
 
 

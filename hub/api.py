@@ -30,6 +30,7 @@ from hub.apimodels import (
 from hub.authstore import AuditEntry
 from hub.cloudwait import starting_for
 from hub.console import mount_console
+from hub.cordonapi import add_cordon_routes
 from hub.core.access import Action, Principal, allowed, permitted_teams
 from hub.errors import (
     Conflict,
@@ -48,7 +49,6 @@ from hub.gateway import PREFIX as GATEWAY_PREFIX
 from hub.gateway import add_gateway_routes
 from hub.gatewayws import add_gateway_websockets
 from hub.idle import flagged_idle_s
-from hub.leases import SpokeStatus
 from hub.limits import BodyLimits
 from hub.observeapi import add_observability_routes
 from hub.policyfile import PolicyDocument, describe_errors, policy_to_dict
@@ -259,7 +259,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
     @app.get("/v1/spokes", response_model=list[SpokeOut])
     async def spokes(who: Caller) -> list[SpokeOut]:
         now = hub.clock()
-        return [_spoke(hub, sid, now) for sid in sorted(hub.fleet)]
+        return [hub.spoke_view(sid, now) for sid in sorted(hub.fleet)]
 
     @app.get("/v1/burst/instances", response_model=list[InstanceEvent])
     async def burst_instances(who: Caller) -> list[InstanceEvent]:
@@ -304,6 +304,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         return WhoAmI.of(who)
 
     add_token_routes(app)
+    add_cordon_routes(app, hub)
     add_observability_routes(app, hub, sec)
     add_service_routes(app, hub)
     add_gateway_routes(app, hub)
@@ -377,30 +378,3 @@ def _error(
 ) -> JSONResponse:
     body = ErrorOut(code=code, message=message, field=field, retryable=retryable)
     return JSONResponse(status_code=status, content=body.model_dump())
-
-
-def _spoke(hub: HubService, spoke_id: str, now: float) -> SpokeOut:
-    spoke = hub.spokes[spoke_id]
-    report = spoke.report
-    status = hub.spoke_status(spoke, now)
-    gpus: dict[str, dict[str, float]] = {}
-    for node in report.nodes if report else ():
-        entry = gpus.setdefault(node.gpu_model, {"total": 0, "free": 0})
-        entry["total"] += node.gpu_count
-        # Not on offer: a cordoned node's idle GPUs, nor any of a lost spoke's (its work was
-        # moved; a suspect one's idle GPUs are still its own, for the seconds it may be).
-        if node.schedulable and status is not SpokeStatus.LOST:
-            entry["free"] += len(node.free_devices) + sum(node.device_free_fraction.values())
-    return SpokeOut.model_validate(
-        {
-            "id": spoke.id,
-            "region": spoke.region,
-            "kind": spoke.kind,
-            "status": status.value,
-            "last_seen_s_ago": round(now - spoke.last_seen, 1),
-            "nodes": len(report.nodes) if report else 0,
-            "gpus": gpus,
-            "running": len(report.running) if report else 0,
-            "labels": dict(report.labels) if report else {},
-        }
-    )

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hub.authstore import AuditEntry, TokenRecord
 from hub.core.access import Principal, Role
-from hub.records import WorkloadRecord
+from hub.records import Cordon, WorkloadRecord
 from schemas.common import DNS_LABEL_PATTERN
 
 
@@ -84,6 +84,16 @@ class SpokeOut(BaseModel):
     gpus: dict[str, GpuCount]
     running: int
     labels: dict[str, str]
+    cordoned: Cordon | None = Field(
+        default=None, description="taken out of placement: by whom, when, why (hub.cordons)"
+    )
+
+
+class CordonIn(BaseModel):
+    """Why a spoke is taken out of placement (shown with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(default="", max_length=256)
 
 
 class HealthOut(BaseModel):

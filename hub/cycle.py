@@ -188,8 +188,9 @@ class Cycle:
 
     def _snapshot(self, now: float, active: list[_Active]) -> Snapshot:
         state = self.state
-        accepting = {
-            sid: self.leases.accepts_work(state.spokes.get(sid), now) for sid in state.reports
+        accepting = {  # a cordoned spoke's lease holds, but it takes no new work
+            sid: self.leases.accepts_work(state.spokes.get(sid), now) and sid not in state.cordons
+            for sid in state.reports
         }
         self._forget_reported_ends()
         return self.snapshots.build(state.reports, active, accepting, state.ended.values())

@@ -57,6 +57,9 @@ class HubView(Protocol):
     def instances(self) -> Mapping[str, InstanceEvent]: ...
 
     @property
+    def cordons(self) -> Mapping[str, object]: ...
+
+    @property
     def bills(self) -> Mapping[str, InstanceBill]: ...
 
     def clock(self) -> float: ...
@@ -177,7 +180,8 @@ class StateCollector(Collector):
                 f["lease"].add_metric([spoke.id, lease], 1.0 if lease == state else 0.0)
             f["seen"].add_metric([spoke.id], max(0.0, now - spoke.last_seen))
             if spoke.report is not None and state != "lost":
-                for model, total, allocated, free in gpu_counts(spoke.report):
+                on_offer = spoke.id not in view.cordons
+                for model, total, allocated, free in gpu_counts(spoke.report, on_offer):
                     f["capacity"].add_metric([spoke.id, model], total)
                     f["allocated"].add_metric([spoke.id, model], allocated)
                     f["free"].add_metric([spoke.id, model], free)
@@ -198,11 +202,14 @@ class StateCollector(Collector):
         yield from f.values()
 
 
-def gpu_counts(report: CapacityReport) -> list[tuple[str, float, float, float]]:
+def gpu_counts(
+    report: CapacityReport, on_offer: bool = True
+) -> list[tuple[str, float, float, float]]:
     """(model, total, allocated, free) per GPU model of a spoke's report.
 
-    Free GPUs are those on offer (a cordoned node's idle GPUs are not); allocated ones are
-    held by work or by something outside gpufed.
+    Free GPUs are those on offer (none of a spoke not `on_offer`, cordoned or lost; a
+    cordoned node's idle GPUs neither); allocated ones are held by work or by something
+    outside gpufed.
     """
     out: dict[str, list[float]] = {}
     for node in report.nodes:
@@ -210,7 +217,7 @@ def gpu_counts(report: CapacityReport) -> list[tuple[str, float, float, float]]:
         idle = len(node.free_devices) + sum(node.device_free_fraction.values())
         entry[0] += node.gpu_count
         entry[1] += max(0.0, node.gpu_count - idle)
-        entry[2] += idle if node.schedulable else 0.0
+        entry[2] += idle if node.schedulable and on_offer else 0.0
     return [(model, v[0], v[1], v[2]) for model, v in sorted(out.items())]
 
 

@@ -12,13 +12,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bus.client import Bus
+from hub.apimodels import SpokeOut
 from hub.core.policy import Policy
 from hub.errors import NotFound
 from hub.leases import Leases, SpokeStatus
-from hub.metrics import HubMetrics
+from hub.metrics import HubMetrics, gpu_counts
 from hub.ports import Store
 from hub.publishing import Publisher
-from hub.records import SpokeRecord, WorkloadRecord
+from hub.records import Cordon, SpokeRecord, WorkloadRecord
 from hub.retention import not_found, removable_before
 from hub.state import HubState
 from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
@@ -80,6 +81,11 @@ class HubView:
     @property
     def instances(self) -> dict[str, InstanceEvent]:
         return self.state.instances
+
+    @property
+    def cordons(self) -> dict[str, Cordon]:
+        """Spokes out of placement (`hub.cordons`)."""
+        return self.state.cordons
 
     @property
     def bills(self) -> dict[str, InstanceBill]:
@@ -172,6 +178,34 @@ class HubView:
     def spoke_status(self, spoke: SpokeRecord, now: float) -> SpokeStatus:
         """Ready, suspect or lost."""
         return self.leases.status(spoke, now)
+
+    def spoke_view(self, spoke_id: str, now: float) -> SpokeOut:
+        """One spoke as `/v1/spokes` shows it: status, GPUs on offer, cordon."""
+        spoke = self.spokes[spoke_id]
+        report = spoke.report
+        status = self.spoke_status(spoke, now)
+        cordon = self.cordons.get(spoke_id)
+        # Not on offer: a cordoned spoke's or node's idle GPUs, nor any of a lost spoke's (its
+        # work was moved; a suspect one's idle GPUs are still its own, for the seconds it may be).
+        on_offer = status is not SpokeStatus.LOST and cordon is None
+        gpus = {
+            model: {"total": total, "free": free}
+            for model, total, _, free in (gpu_counts(report, on_offer) if report else ())
+        }
+        return SpokeOut.model_validate(
+            {
+                "id": spoke.id,
+                "region": spoke.region,
+                "kind": spoke.kind,
+                "status": status.value,
+                "last_seen_s_ago": round(now - spoke.last_seen, 1),
+                "nodes": len(report.nodes) if report else 0,
+                "gpus": gpus,
+                "running": len(report.running) if report else 0,
+                "labels": dict(report.labels) if report else {},
+                "cordoned": cordon,
+            }
+        )
 
     def health(self) -> dict[str, Any]:
         """Readiness and counters for `/v1/health`."""

@@ -264,6 +264,14 @@ class DecisionRecord(BaseModel):
     published: bool = False
 
 
+class Cordon(BaseModel):
+    """Who took a spoke out of placement, when, and why (`hub.cordons`)."""
+
+    by: str
+    at: float
+    reason: str = Field(default="", max_length=256)
+
+
 class SpokeRecord(BaseModel):
     """A spoke as last heard of."""
 

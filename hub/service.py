@@ -21,21 +21,15 @@ import yaml
 
 from bus.client import Bus
 from bus.tasks import supervise, unless_stopped
+from hub import cordons, transitions
 from hub import reconcile as reconciliation
-from hub import transitions
 from hub.authstore import AuditEntry
 from hub.checkpoints import checkpoints
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
 from hub.cycle import Cycle, release_waiters
-from hub.errors import (
-    Conflict,
-    HubError,
-    InvalidPolicy,
-    NotFound,
-    NotLeader,
-)
+from hub.errors import Conflict, HubError, InvalidPolicy, NotFound, NotLeader
 from hub.handlers import Handlers
 from hub.idle import IdleReaper
 from hub.ids import decision_id
@@ -46,7 +40,7 @@ from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
 from hub.publishing import Publisher, decision
 from hub.queries import HubView
-from hub.records import DecisionRecord, Records, WorkloadRecord
+from hub.records import Cordon, DecisionRecord, Records, WorkloadRecord
 from hub.retention import not_found, sweep_ended
 from hub.services import ServiceController
 from hub.settings import HubSettings
@@ -242,7 +236,15 @@ class HubService(HubView):
             state.spokes[spoke.id] = spoke
             if spoke.report is not None:
                 state.reports[spoke.id] = spoke.report
+        await cordons.load(state)
         self.trigger()
+
+    async def set_cordon(self, spoke_id: str, cordon: Cordon | None) -> None:
+        """Take `spoke_id` out of placement (None: put it back); see `hub.cordons`."""
+        await self._refuse_on_standby()
+        if spoke_id not in self.spokes:
+            raise NotFound(f"no spoke {spoke_id} (gpufed spokes lists them)")
+        await cordons.put(self.state, spoke_id, cordon)
 
     # --- policy ---
 

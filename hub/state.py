@@ -24,7 +24,7 @@ from hub.core.windows import active_window, apply_window
 from hub.dbworker import DbWorker
 from hub.metrics import HubMetrics
 from hub.ports import Store
-from hub.records import DecisionRecord, Records, SpokeRecord, WorkloadRecord
+from hub.records import Cordon, DecisionRecord, Records, SpokeRecord, WorkloadRecord
 from hub.settings import HubSettings
 from hub.usage import InstanceBill
 from schemas import CapacityReport, WorkloadSpec
@@ -45,6 +45,7 @@ class HubState:
     reports: dict[str, CapacityReport] = field(default_factory=dict)
     spokes: dict[str, SpokeRecord] = field(default_factory=dict)
     instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
+    cordons: dict[str, Cordon] = field(default_factory=dict)  # spokes out of placement
     bills: dict[str, InstanceBill] = field(default_factory=dict)  # what each instance costs
     # Each burst controller's latest word on why it rents nothing for waiting work, by provider.
     verdicts: Verdicts = field(default_factory=Verdicts)

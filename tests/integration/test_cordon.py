@@ -1,0 +1,100 @@
+"""An operator takes a spoke out of placement for maintenance (`gpufed cordon`): no new work
+goes there while what runs there runs on, its idle GPUs are not on offer, the cordon outlives
+a hub restart, and only an admin may set it (audited). `gpufed uncordon` puts it back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gpufed.cli import main
+from schemas import Phase
+from tests.integration.fed import InProcessFederation, nodes
+from tests.integration.test_observability import samples, value
+from tests.support.wait import wait_until as until
+
+
+async def test_a_cordoned_spoke_gets_no_new_work_until_it_is_uncordoned(
+    fed: InProcessFederation,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.wait_spokes(1)
+    gate = tmp_path / "go"
+    hold = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+    before = await fed.submit(name="before", team="vision", command=hold)
+    await fed.wait_phase(before, {Phase.RUNNING})
+
+    async def gpufed(*argv: str) -> tuple[int, str]:
+        code = await asyncio.to_thread(main, list(argv))
+        return code, capsys.readouterr().out
+
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        assert await gpufed("cordon", "eu-1", "--reason", "firmware update") == (
+            0,
+            "spoke eu-1 cordoned: no new work goes there; 1 running workload(s) run on "
+            "(gpufed uncordon to put it back)\n",
+        )
+        after = await fed.submit(name="after", team="vision", command=["true"])
+        # Placement has looked at it, and left it waiting though eu-1 has a free H100.
+        await until(lambda: _looked_at(fed, after), 10, "a cycle to leave it queued")
+        queued = await fed.workload(after)
+        assert queued["phase"] == "queued" and queued["spoke_id"] is None
+        assert (await fed.workload(before))["phase"] == "running"  # runs on
+        code, out = await gpufed("spokes")
+        [row] = [line.split() for line in out.splitlines() if " H100 " in line]
+        assert code == 0 and row[3:6] == ["ready,", "cordoned", "1"] and "0/2" in row
+        assert "eu-1 cordoned by admin " in out and out.rstrip().endswith(": firmware update")
+
+        assert fed.api is not None
+        parsed = samples((await fed.api.get("/metrics")).text)
+        free = value(parsed, "gpufed_gpus_free", spoke="eu-1", gpu_model="H100")
+        assert (free, value(parsed, "gpufed_gpus_capacity", spoke="eu-1", gpu_model="H100")) == (
+            0.0,
+            2.0,
+        )
+
+        # A member may not, and the refusal is audited; an unknown spoke is a 404.
+        member = fed.client(await fed.token("alice", "member", "vision"))
+        refused = await member.delete("/v1/spokes/eu-1/cordon")
+        assert refused.status_code == 403 and "needs admin" in refused.json()["message"]
+        await member.aclose()
+        missing = await fed.api.put("/v1/spokes/eu-9/cordon", json={})
+        assert missing.status_code == 404
+        audit = (await fed.api.get("/v1/audit", params={"action": "spoke.uncordon"})).json()
+        assert [(e["actor"], e["result"]) for e in audit] == [("alice", "denied")]
+
+    # The cordon is the store's: a restarted hub keeps it.
+    await fed.stop("hub")
+    await fed.start_hub()
+    await fed.wait_spokes(1)
+    assert fed.api is not None
+    [spoke] = (await fed.api.get("/v1/spokes")).json()
+    assert spoke["cordoned"]["reason"] == "firmware update"
+    assert (await fed.workload(after))["phase"] == "queued"
+
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        assert await gpufed("uncordon", "eu-1") == (0, "spoke eu-1 back in placement\n")
+    await fed.wait_phase(after, {Phase.SUCCEEDED})
+    gate.touch()
+    await fed.wait_phase(before, {Phase.SUCCEEDED})
+    audit = (await fed.api.get("/v1/audit", params={"action": "spoke.cordon"})).json()
+    assert [(e["actor"], e["target"], e["result"], e["detail"]) for e in audit] == [
+        ("admin", "eu-9", "not_found", ""),  # newest first
+        ("admin", "eu-1", "ok", "firmware update"),
+    ]
+
+
+async def _looked_at(fed: InProcessFederation, workload_id: str) -> bool:
+    """Placement gave it a reason to wait (it has been through a cycle)."""
+    return bool((await fed.workload(workload_id))["message"])
