@@ -149,6 +149,17 @@ async def test_every_console_page_shows_the_live_federation(
         in await page.inner_text(f"#queue tr[data-id='{wait_a}']")
     )
 
+    # Fleet: a spoke an operator cordoned says so, and by whom and why on hover.
+    assert fed.api is not None
+    cordoned = await fed.api.put("/v1/spokes/us-1/cordon", json={"reason": "new rack"})
+    assert cordoned.status_code == 200
+    await page.click("nav a[href='/']")
+    badge = "#spokes tr[data-spoke='us-1'] .status.cordoned"
+    await page.wait_for_selector(badge)
+    assert await page.get_attribute(badge, "title") == "cordoned by admin: new rack"
+    assert "L4 0/2" in await page.inner_text("#spokes tr[data-spoke='us-1']")  # none on offer
+    assert "1 cordoned" in await page.inner_text("#fleet-cards")
+
     api_calls = [r for r in requests if "/v1/" in r.url]
     assert api_calls, "the pages made no API call"
     missing = [

@@ -83,16 +83,18 @@ function showError(err) {
 async function fleet() {
   const spokes = await api("/v1/spokes");
   const models = {};
-  const status = { ready: 0, suspect: 0, lost: 0 };
+  const status = { ready: 0, suspect: 0, lost: 0, cordoned: 0 };
   for (const s of spokes) {
     status[s.status] = (status[s.status] || 0) + 1;
+    if (s.cordoned) status.cordoned += 1;
     for (const [model, g] of Object.entries(s.gpus)) {
       const m = models[model] || (models[model] = { free: 0, total: 0 });
       if (s.status !== "lost") { m.free += g.free; m.total += g.total; }
     }
   }
   const cards = [el("div", { class: "card" }, el("b", {}, "Spokes"),
-    el("span", {}, status.ready + " ready · " + status.suspect + " suspect · " + status.lost + " lost"))];
+    el("span", {}, status.ready + " ready · " + status.suspect + " suspect · " + status.lost + " lost" +
+      (status.cordoned ? " · " + status.cordoned + " cordoned" : "")))];
   for (const [model, m] of Object.entries(models).sort()) {
     cards.push(el("div", { class: "card", dataset: { model } }, el("b", {}, model),
       el("span", {}, num(m.free) + " free / " + num(m.total)),
@@ -101,10 +103,17 @@ async function fleet() {
   document.getElementById("fleet-cards").replaceChildren(...cards);
   fill("spokes", spokes.map((s) => el("tr", { dataset: { spoke: s.id } },
     el("td", {}, s.id), el("td", {}, s.region), el("td", {}, s.kind),
-    el("td", {}, el("span", { class: "status " + s.status }, s.status)),
+    el("td", {}, el("span", { class: "status " + s.status }, s.status), cordonBadge(s.cordoned)),
     el("td", {}, s.nodes),
     el("td", {}, Object.entries(s.gpus).sort().map(([m, g]) => m + " " + num(g.free) + "/" + num(g.total)).join(", ")),
     el("td", {}, s.running), el("td", {}, secs(s.last_seen_s_ago) + " ago"))), "No spoke has reported yet.");
+}
+
+// A spoke taken out of placement (`gpufed cordon`): who, and why, on hover.
+function cordonBadge(c) {
+  if (!c) return "";
+  const why = "cordoned by " + c.by + (c.reason ? ": " + c.reason : "");
+  return el("span", { class: "status cordoned", title: why }, "cordoned");
 }
 
 async function queue() {
