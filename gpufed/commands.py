@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gpufed.client import ApiError, HubClient
+from gpufed.flagnames import SUBMIT_FLAGS, naming_the_flag
 from gpufed.policy_check import overlapping_windows, unknown_models
 from gpufed.policy_view import policy_in_force
 from gpufed.session_cmd import age
@@ -141,18 +142,6 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     return run
 
 
-#: The spec's fields as `gpufed submit` spells them, named beside a refusal of one.
-SUBMIT_FLAGS = {
-    "gpus_per_node": "--gpus",
-    "gpu_fraction": "--fraction",
-    "gpu_models": "--gpu-model",
-    "priority_class": "--priority",
-    "max_runtime_s": "--max-runtime",
-    "affinity.required_regions": "--region",
-    "command": "the program and its arguments after --",
-}
-
-
 def _submit(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {}
     if args.file:
@@ -184,10 +173,7 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         record = args.client.submit(spec)
     except ApiError as exc:  # the hub names the spec's field: name the flag too
-        flag = SUBMIT_FLAGS.get(str(exc).split(":", 1)[0])
-        if exc.code != "invalid_workload" or flag is None:
-            raise
-        raise ApiError(f"{exc} ({flag})", code=exc.code, status=exc.status) from None
+        raise naming_the_flag(exc, SUBMIT_FLAGS) from None
     if args.json:
         print(json.dumps(record, indent=2))
     else:

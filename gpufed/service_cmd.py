@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufed.client import HubClient
+from gpufed.client import ApiError, HubClient
+from gpufed.flagnames import SERVICE_FLAGS, naming_the_flag
 from gpufed.yamlfile import read_mapping
 
 
@@ -70,7 +71,12 @@ def _service(args: argparse.Namespace) -> int:
     spec = _spec(args)
     if spec is None:
         return 1
-    made = client.create_service(spec) if args.action == "create" else client.update_service(spec)
+    try:
+        made = (
+            client.create_service(spec) if args.action == "create" else client.update_service(spec)
+        )
+    except ApiError as exc:  # the hub names the spec's field: name the flag too
+        raise naming_the_flag(exc, SERVICE_FLAGS) from None
     if args.json:
         print(json.dumps(made, indent=2))
         return 0

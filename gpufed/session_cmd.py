@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpufed.client import ApiError
+from gpufed.flagnames import SESSION_FLAGS, naming_the_flag
+
 TERMINAL = ("succeeded", "failed", "cancelled")
 ACTIVE = "queued,placed,running"
 POLL_S = 0.25
@@ -95,7 +98,10 @@ def _open(args: argparse.Namespace) -> int:
     if not session_spec(args)["command"]:
         print("gpufed session open: give -- the command to run", file=sys.stderr)
         return 2
-    record = args.client.submit(session_spec(args))
+    try:
+        record = args.client.submit(session_spec(args))
+    except ApiError as exc:  # the hub names the spec's field: name the flag too
+        raise naming_the_flag(exc, SESSION_FLAGS) from None
     wid = record["id"]
     print(f"session {wid} submitted; waiting for its URL", file=sys.stderr)
     deadline = time.monotonic() + args.timeout

@@ -421,3 +421,24 @@ async def test_a_typo_in_a_service_spec_is_refused_not_ignored(fed: InProcessFed
     assert updated.json()["field"] == "autoscaling.taget"
     assert "did you mean autoscaling.target?" in updated.json()["message"]
     assert (await show(api, "llm"))["generation"] == 1  # the service kept its spec
+
+
+async def test_a_refused_service_names_the_flag_the_user_typed(
+    fed: InProcessFederation,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`gpufed service create` without `-- command`, or with --min 0 --max 0, is refused in
+    the words of its flags, not only the spec's field names the user never typed."""
+    await fed.start_hub()
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        create = ["service", "create", "--name", "llm", "--team", TEAM]
+        assert await asyncio.to_thread(main, create) == 1
+        err = capsys.readouterr().err
+        assert "replica: Field required (the replica's command: the program and its " in err, err
+        assert await asyncio.to_thread(main, [*create, "--max", "0", "--", "true"]) == 1
+        err = capsys.readouterr().err
+        assert "max_replicas: " in err and "(--max) [invalid_workload]" in err, err

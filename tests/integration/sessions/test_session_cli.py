@@ -90,3 +90,13 @@ async def test_close_refuses_a_workload_that_is_not_a_session(fed: InProcessFede
     assert f"{job} is a job, not a session (`gpufed cancel {job}` stops it)" in err
     record = await fed.workload(job)
     assert record["phase"] == "running" and not record["cancel_requested"]
+
+
+async def test_a_refused_session_names_the_flag_the_user_typed(fed: InProcessFederation) -> None:
+    await fed.start_hub()
+    async with fed.serve() as api:
+        code, out, err = await gpufed(
+            fed, api, "session", "open", "--team", "vision", "--gpus", "1.5", "--", "true"
+        )
+    assert (code, out) == (1, "")
+    assert "gpus_per_node: " in err and err.rstrip().endswith("(--gpus) [invalid_workload]"), err
