@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from burst.errors import BurstError
 from burst.settings import BurstSettings, TeamBudgetSettings
 from gpufed import logs
+from gpufed.cliflags import check_nats_files
 from gpufed.compose.burst import build_burst, serve_burst
 from gpufed.secretfile import read_secret_file
 from gpufed.settings_errors import refused_settings
@@ -158,6 +159,7 @@ def run_burst(args: argparse.Namespace) -> int:
     """The `gpufed burst` handler: configure logs, build the controller, run until stopped."""
     logs.configure()
     try:
+        check_nats_files(args)
         controller = build_burst(settings_from_args(args))
     except ValidationError as exc:  # a setting refused: named by its flag
         flags = {field: dest for dest, field in _RENAMED.items()}

@@ -13,7 +13,7 @@ import nats.errors as nats_errors
 
 from gpufed import __version__, logs
 from gpufed.authority_cmd import add_authority_commands
-from gpufed.cliflags import add_nats_flags, given, nats_url, read_secret
+from gpufed.cliflags import add_nats_flags, check_nats_files, given, nats_url, read_secret
 from gpufed.spoke_cmd import add_spoke_command
 
 if TYPE_CHECKING:
@@ -203,6 +203,7 @@ def _hub(args: argparse.Namespace) -> int:
 def _hub_settings(args: argparse.Namespace) -> HubSettings:
     from hub.settings import HubSettings
 
+    check_nats_files(args)
     if args.admin_token is not None:
         raise ValueError(
             "--admin-token: a token on the command line is in every `ps` listing; "
@@ -253,6 +254,7 @@ def _region_streams(args: argparse.Namespace) -> int:
 
     logs.configure()
     try:
+        check_nats_files(args)
         asyncio.run(run())
     except (OSError, TimeoutError, ValueError, nats_errors.Error) as exc:
         print(f"gpufed region-streams: {exc}", file=sys.stderr)

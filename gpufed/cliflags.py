@@ -1,4 +1,4 @@
-"""Flags and readings the `gpufed` service commands (hub, spoke, region-streams) share: NATS
+"""Flags and readings the `gpufed` service commands (hub, spoke, burst, region-streams) share: NATS
 connection flags whose secrets come from files or the environment, never argv."""
 
 from __future__ import annotations
