@@ -20,6 +20,8 @@ log = structlog.get_logger(__name__)
 
 #: Longest detail kept per entry (a refusal message, a policy summary).
 MAX_DETAIL = 500
+#: Entries one `audit` log line lists; a batch of thousands is counted past them, not listed.
+LISTED_MAX = 20
 
 
 class Auditor:
@@ -147,7 +149,9 @@ def log_written(entries: Sequence[AuditEntry], unlisted: int = 0) -> None:
     A write of one entry keeps the line's old fields; a group commit (a burst of submissions)
     lists its entries on one line: a line each was a tenth of the hub's CPU at 400/s.
     `unlisted`: entries written since the last line and left out of the log (saved
-    submissions log at most a line a second, `hub.loglines`; the store keeps every entry).
+    submissions log at most a line a second, `bus.loglines`; the store keeps every entry);
+    a write of more than LISTED_MAX entries (a batch submission) lists that many and counts
+    the rest as unlisted.
     """
     if len(entries) == 1 and not unlisted:
         e = entries[0]
@@ -155,11 +159,13 @@ def log_written(entries: Sequence[AuditEntry], unlisted: int = 0) -> None:
             "audit", actor=e.actor, action=e.action, team=e.team, target=e.target, result=e.result
         )
         return
+    listed = entries[:LISTED_MAX]
+    unlisted += len(entries) - len(listed)
     log.info(
         "audit",
         count=len(entries),
         entries=[
-            f"{e.actor} {e.action} {e.team or '-'} {e.target or '-'} {e.result}" for e in entries
+            f"{e.actor} {e.action} {e.team or '-'} {e.target or '-'} {e.result}" for e in listed
         ],
         **({"unlisted": unlisted} if unlisted else {}),
     )

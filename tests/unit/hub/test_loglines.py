@@ -11,6 +11,8 @@ import structlog
 from bus.loglines import LineThrottle
 from gpufed import logs
 from hub import transitions
+from hub.audit import LISTED_MAX, log_written
+from hub.authstore import AuditEntry
 from hub.core.lifecycle import EndReason
 from hub.records import WorkloadRecord
 from schemas import Assignment, WorkloadSpec
@@ -63,3 +65,26 @@ def test_without_a_throttle_every_batch_logs() -> None:
         transitions.log_finished([finished("a")])
         transitions.log_finished([finished("b")])
     assert [e["workload"] for e in logs] == ["a", "b"]
+
+
+@pytest.mark.usefixtures("info_lines")
+def test_a_batch_of_thousands_logs_a_line_that_lists_twenty_and_counts_the_rest() -> None:
+    """A batch submission writes an audit entry per workload (the store keeps them all); its
+    log line lists the first LISTED_MAX, not 10,000 entries on one line."""
+    entries = [
+        AuditEntry(
+            at=1.0,
+            actor="ci",
+            role="member",
+            action="submit",
+            team="ml",
+            target=f"w{i}",
+            result="ok",
+        )
+        for i in range(1000)
+    ]
+    with structlog.testing.capture_logs() as logs:
+        log_written(entries, unlisted=5)
+    [line] = logs
+    assert (line["count"], len(line["entries"]), line["unlisted"]) == (1000, LISTED_MAX, 985)
+    assert line["entries"][0] == "ci submit ml w0 ok"
