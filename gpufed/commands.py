@@ -21,6 +21,7 @@ from gpufed.flagnames import SUBMIT_FLAGS, naming_the_flag
 from gpufed.policy_check import overlapping_windows, unknown_models
 from gpufed.policy_view import policy_in_force
 from gpufed.session_cmd import age
+from gpufed.top import spoke_status
 from gpufed.when import parse_when
 from gpufed.yamlfile import read_mapping
 
@@ -258,7 +259,7 @@ def _spokes(args: argparse.Namespace) -> int:
     rows = [("SPOKE", "REGION", "KIND", "STATUS", "NODES", "GPUS (free/total)", "RUNNING")]
     for s in spokes:
         gpus = ", ".join(f"{m} {v['free']:g}/{v['total']:g}" for m, v in sorted(s["gpus"].items()))
-        status = f"{s['status']}, cordoned" if s.get("cordoned") else s["status"]
+        status = spoke_status(s)
         rows.append(
             (s["id"], s["region"], s["kind"], status, str(s["nodes"]), gpus, str(s["running"]))
         )

@@ -50,7 +50,7 @@ def frame(
     """One screen: GPUs per model, spokes, teams, and the head of the queue."""
     models: dict[str, list[float]] = {}
     for s in spokes:
-        if s["status"] == "lost":
+        if s["status"] == "lost" or s.get("cordoned"):  # out of the pool: none on offer
             continue
         for model, g in s["gpus"].items():
             m = models.setdefault(model, [0.0, 0.0])
@@ -78,7 +78,7 @@ def frame(
             (
                 s["id"],
                 s["region"],
-                s["status"],
+                spoke_status(s),
                 ", ".join(
                     f"{m} {g['free']:g}/{g['total']:g}" for m, g in sorted(s["gpus"].items())
                 ),
@@ -138,3 +138,8 @@ def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
         "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+
+
+def spoke_status(spoke: dict[str, Any]) -> str:
+    """A spoke's lease state, and `cordoned` when an operator took it out of placement."""
+    return f"{spoke['status']}, cordoned" if spoke.get("cordoned") else str(spoke["status"])

@@ -53,6 +53,10 @@ async def test_a_cordoned_spoke_gets_no_new_work_until_it_is_uncordoned(
         [row] = [line.split() for line in out.splitlines() if " H100 " in line]
         assert code == 0 and row[3:6] == ["ready,", "cordoned", "1"] and "0/2" in row
         assert "eu-1 cordoned by admin " in out and out.rstrip().endswith(": firmware update")
+        code, out = await gpufed("top", "--once")
+        [row] = [line.split() for line in out.splitlines() if line.split()[:1] == ["eu-1"]]
+        assert code == 0 and row[1:4] == ["eu", "ready,", "cordoned"], out
+        assert "in use" not in out  # its GPUs are out of the pool the bars show
 
         assert fed.api is not None
         parsed = samples((await fed.api.get("/metrics")).text)
