@@ -14,23 +14,37 @@ import structlog
 
 from burst.core.model import BurstPlan, SkipReason
 from bus.client import Bus
-from schemas.burst import BURST_VERDICTS, BurstVerdict, BurstVerdicts
+from schemas.burst import (
+    BURST_VERDICTS,
+    MAX_DEMAND_ITEMS,
+    MAX_WORKLOAD_IDS,
+    BurstVerdict,
+    BurstVerdicts,
+)
 
 log = structlog.get_logger(__name__)
 
 #: Sent again, unchanged, this often while there are any (a hub that restarted learns them).
 VERDICTS_EVERY_S = 10.0
 
+#: ShortText's bound: a skip's message is cut to it, not refused.
+MAX_MESSAGE = 256
+
 #: Said elsewhere: `covered` work waits for the instance rented for it (`cloud_instance`).
 _UNSAID = frozenset({SkipReason.COVERED})
 
 
 def verdicts_of(plan: BurstPlan) -> tuple[BurstVerdict, ...]:
-    """The round's skips that a waiting workload's owner should hear of, with their ids."""
+    """The round's skips that a waiting workload's owner should hear of, with their ids;
+    within the message's bounds, so a long message or many skips never fail a round."""
+    said = [s for s in plan.skipped if s.reason not in _UNSAID and s.workload_ids]
     return tuple(
-        BurstVerdict(reason=s.reason.value, message=s.message, workload_ids=s.workload_ids)
-        for s in plan.skipped
-        if s.reason not in _UNSAID and s.workload_ids
+        BurstVerdict(
+            reason=s.reason.value,
+            message=s.message[:MAX_MESSAGE],
+            workload_ids=s.workload_ids[:MAX_WORKLOAD_IDS],
+        )
+        for s in said[:MAX_DEMAND_ITEMS]
     )
 
 
