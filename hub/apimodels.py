@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hub.authstore import AuditEntry, TokenRecord
 from hub.core.access import Principal, Role
 from hub.records import Cordon, WorkloadRecord
-from schemas.common import DNS_LABEL_PATTERN
+from schemas.common import DNS_LABEL_PATTERN, ShortText
 
 
 class ErrorOut(BaseModel):
@@ -93,7 +93,7 @@ class CordonIn(BaseModel):
     """Why a spoke is taken out of placement (shown with it)."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(default="", max_length=256)
+    reason: ShortText = ""  # no control characters: it is printed on operators' terminals
 
 
 class HealthOut(BaseModel):

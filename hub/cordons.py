@@ -28,13 +28,17 @@ async def load(state: HubState) -> None:
 
 
 async def put(state: HubState, spoke_id: str, cordon: Cordon | None) -> None:
-    """Cordon `spoke_id` (None: uncordon), stored before it takes effect; then a cycle."""
-    cordons = dict(state.cordons)
-    if cordon is None:
-        cordons.pop(spoke_id, None)
-    else:
-        cordons[spoke_id] = cordon
-    document = json.dumps({k: v.model_dump() for k, v in sorted(cordons.items())})
-    await state.db(state.store.put_setting, CORDONS_KEY, document, state.clock())
-    state.cordons = cordons
+    """Cordon `spoke_id` (None: uncordon), stored before it takes effect; then a cycle.
+
+    Under the state's lock: two operators cordoning two spokes at once each read the other's
+    write, rather than the later one storing the set without the earlier one's spoke."""
+    async with state.lock:
+        cordons = dict(state.cordons)
+        if cordon is None:
+            cordons.pop(spoke_id, None)
+        else:
+            cordons[spoke_id] = cordon
+        document = json.dumps({k: v.model_dump() for k, v in sorted(cordons.items())})
+        await state.db(state.store.put_setting, CORDONS_KEY, document, state.clock())
+        state.cordons = cordons
     state.trigger()  # uncordoned: its GPUs are on offer again at once

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpufed.cli import main
+from hub import cordons
+from hub.records import Cordon
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
 from tests.integration.test_observability import samples, value
@@ -102,3 +104,28 @@ async def test_a_cordoned_spoke_gets_no_new_work_until_it_is_uncordoned(
 async def _looked_at(fed: InProcessFederation, workload_id: str) -> bool:
     """Placement gave it a reason to wait (it has been through a cycle)."""
     return bool((await fed.workload(workload_id))["message"])
+
+
+async def test_two_spokes_cordoned_at_once_both_stay_cordoned(fed: InProcessFederation) -> None:
+    """Two operators at once (a rack of two clusters): neither cordon is lost to the other's
+    write, also after a restart; a reason with a control character is refused."""
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.start_spoke("eu-2", "eu", nodes("eu-2", 1, 1, "H100"))
+    await fed.wait_spokes(2)
+    assert fed.api is not None and fed.hub is not None
+    api, state = fed.api, fed.hub.state
+    rack = Cordon(by="ops", at=1.0, reason="rack 7")
+    await asyncio.gather(*(cordons.put(state, s, rack) for s in ("eu-1", "eu-2")))
+    listed = (await api.get("/v1/spokes")).json()
+    assert {s["id"]: s["cordoned"]["reason"] for s in listed} == {
+        "eu-1": "rack 7",
+        "eu-2": "rack 7",
+    }
+    await fed.stop("hub")
+    await fed.start_hub()
+    assert fed.api is not None
+    listed = (await fed.api.get("/v1/spokes")).json()
+    assert sorted(s["id"] for s in listed if s["cordoned"]) == ["eu-1", "eu-2"]
+    bad = await fed.api.put("/v1/spokes/eu-1/cordon", json={"reason": "fine\x1b[2Jgone"})
+    assert bad.status_code == 422
