@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import structlog
 
@@ -22,6 +22,16 @@ log = structlog.get_logger(__name__)
 MAX_DETAIL = 500
 #: Entries one `audit` log line lists; a batch of thousands is counted past them, not listed.
 LISTED_MAX = 20
+
+
+class EntryFields(TypedDict, total=False):
+    """What an entry says beyond who and which action (`Auditor.entry`'s keywords)."""
+
+    team: str | None
+    target: str
+    result: str
+    detail: str
+    actor: str | None
 
 
 class Auditor:
@@ -41,28 +51,10 @@ class Auditor:
         self._writer: asyncio.Task[None] | None = None
 
     async def record(
-        self,
-        principal: Principal | None,
-        action: str,
-        *,
-        team: str | None = None,
-        target: str = "",
-        result: str = "ok",
-        detail: str = "",
-        actor: str | None = None,
+        self, principal: Principal | None, action: str, **fields: Unpack[EntryFields]
     ) -> None:
-        """Append one entry; a failure to write is logged, never raised to the caller."""
-        await self.append(
-            self.entry(
-                principal,
-                action,
-                team=team,
-                target=target,
-                result=result,
-                detail=detail,
-                actor=actor,
-            )
-        )
+        """Append one entry (`entry`'s); a failure to write is logged, never raised."""
+        await self.append(self.entry(principal, action, **fields))
 
     def entry(
         self,
