@@ -27,6 +27,7 @@ from hub.intake import AcceptForCycle, Intake, Replier
 from hub.intake import validation_error as validation_error
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
+from hub.spokerecords import SpokeRecords
 from hub.state import HubState
 from hub.usage import accrue_bill
 from schemas import (
@@ -43,9 +44,6 @@ from schemas import (
 from schemas.burst import BurstStateReply, BurstVerdicts, InstanceEvent
 
 log = structlog.get_logger(__name__)
-
-#: How often a spoke's last_seen is written to the store (heartbeats come every few seconds).
-SPOKE_PERSIST_EVERY_S = 10.0
 
 
 class Handlers(Intake):
@@ -65,7 +63,7 @@ class Handlers(Intake):
         super().__init__(state, submit, submit_many, bus, accept_for_cycle)
         self.leases = leases
         self._reconcile = reconcile
-        self._spoke_persisted: dict[str, float] = {}
+        self.spoke_records = SpokeRecords(state)
         self._finished_lines = LineThrottle()  # `workloads_finished` at most every second
 
     async def on_capacity(self, msg: Msg) -> None:
@@ -114,9 +112,6 @@ class Handlers(Intake):
         if spoke.lost_at is not None:
             log.info("spoke_returned", spoke=spoke.id, lost_for_s=round(now - spoke.lost_at, 1))
             spoke.lost_at = None
-        if is_new or now - self._spoke_persisted.get(report.spoke_id, 0) > SPOKE_PERSIST_EVERY_S:
-            self._spoke_persisted[report.spoke_id] = now
-            await state.db(state.store.save_spoke, spoke.model_copy())
         if msg.reply:
             # The spoke's lease: it keeps its movable work only while these keep coming.
             ack = LeaseAck(
@@ -128,6 +123,8 @@ class Handlers(Intake):
             )
             with contextlib.suppress(Exception):  # the next report gets the next ack
                 await msg.respond(ack.model_dump_json().encode())
+        # Never awaited here: the next report, of any spoke, waits for this one.
+        self.spoke_records.heard(spoke, now, joined=is_new)
         if previous is None or not was_ready or _free_changed(previous, report):
             state.trigger()
 

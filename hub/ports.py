@@ -105,8 +105,8 @@ class Store(Protocol):
         `until`, only those whose life [requested, ended or open) reaches into the window;
         with `teams`, only theirs (an empty list: none)."""
 
-    def save_spoke(self, spoke: SpokeRecord) -> None:
-        """Insert or update a spoke (idempotent: keyed by its id)."""
+    def save_spokes(self, spokes: Iterable[SpokeRecord]) -> None:
+        """Insert or update spokes, in one transaction (idempotent: keyed by their ids)."""
 
     def spokes(self) -> list[SpokeRecord]:
         """Every spoke ever saved, by id (an empty list for a new store)."""

@@ -188,6 +188,7 @@ class HubService(HubView):
                     await sub.unsubscribe()
             for task in tasks:
                 task.cancel()
+            self.handlers.spoke_records.close()
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.publisher.flush_marks()

@@ -436,19 +436,20 @@ class Store:
 
     # --- spokes ---
 
-    def save_spoke(self, spoke: SpokeRecord) -> None:
-        """Insert or update a spoke (idempotent: keyed by its id)."""
+    def save_spokes(self, spokes: Iterable[SpokeRecord]) -> None:
+        """Insert or update spokes, in one transaction (idempotent: keyed by their ids)."""
         with Session(self.engine) as session:
-            session.merge(
-                SpokeRow(
-                    id=spoke.id,
-                    region=spoke.region,
-                    kind=spoke.kind,
-                    first_seen=spoke.first_seen,
-                    last_seen=spoke.last_seen,
-                    report=spoke.report.model_dump_json() if spoke.report else None,
+            for spoke in spokes:
+                session.merge(
+                    SpokeRow(
+                        id=spoke.id,
+                        region=spoke.region,
+                        kind=spoke.kind,
+                        first_seen=spoke.first_seen,
+                        last_seen=spoke.last_seen,
+                        report=spoke.report.model_dump_json() if spoke.report else None,
+                    )
                 )
-            )
             session.commit()
 
     def spokes(self) -> list[SpokeRecord]:

@@ -364,9 +364,8 @@ def test_spokes_round_trip_with_capacity_report(store: Store) -> None:
         id="s1", region="eu-west", kind="onprem", first_seen=1.0, last_seen=2.0, report=report
     )
     bare = SpokeRecord(id="s0", region="us-east", kind="cloud", first_seen=3.0, last_seen=3.0)
-    store.save_spoke(with_report)
-    store.save_spoke(bare)
-    store.save_spoke(with_report.model_copy(update={"last_seen": 9.0}))
+    store.save_spokes([with_report, bare])
+    store.save_spokes([with_report.model_copy(update={"last_seen": 9.0})])
 
     assert store.spokes() == [bare, with_report.model_copy(update={"last_seen": 9.0})]
 
