@@ -58,7 +58,7 @@ from hub.serviceapi import add_service_routes
 from hub.tokenapi import add_token_routes
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
 from schemas.burst import InstanceEvent
-from schemas.errors import first_problem, in_model
+from schemas.errors import describe_problems, in_model
 
 log = structlog.get_logger(__name__)
 
@@ -119,7 +119,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         if first.get("type") == "json_invalid":
             why = (first.get("ctx") or {}).get("error", first.get("msg", ""))
             return _error(400, "invalid_json", f"body is not JSON: {why}")
-        field, text = first_problem(exc.errors())
+        field, text = describe_problems(exc.errors())
         code = _invalid_code(request.url.path, first)
         if code == "invalid_policy":  # every problem, named as `gpufed hub --policy` does
             errors = [{**e, "loc": in_model(e["loc"])} for e in exc.errors()]

@@ -22,7 +22,7 @@ from schemas import (
     SubmitReply,
     WorkloadSpec,
 )
-from schemas.errors import first_problem
+from schemas.errors import describe_problems
 
 log = structlog.get_logger(__name__)
 
@@ -338,5 +338,5 @@ class Intake:
 
 def validation_error(exc: ValidationError) -> ErrorReply:
     """Our error shape from pydantic's: the first problem, naming its field."""
-    field, text = first_problem(exc.errors())
+    field, text = describe_problems(exc.errors())
     return ErrorReply(code="invalid_workload", message=text, field=field)

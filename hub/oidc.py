@@ -31,7 +31,7 @@ from hub.core.access import Principal, Role, merge_roles
 from hub.errors import HubError
 from hub.tokens import InvalidToken
 from schemas.common import DNS_LABEL_PATTERN
-from schemas.errors import first_problem
+from schemas.errors import describe_problems
 
 #: Asymmetric algorithms only: a shared-secret HS256 token could be forged by anyone who
 #: holds the JWKS.
@@ -106,7 +106,7 @@ class OidcSettings(BaseModel):
         try:
             settings = cls.model_validate(data)
         except ValidationError as exc:
-            _, problem = first_problem(exc.errors())
+            _, problem = describe_problems(exc.errors())
             raise InvalidOidcConfig(f"--oidc-config {path}: {problem}") from None
         if settings.jwks_file is not None and not settings.jwks_file.is_absolute():
             settings = settings.model_copy(update={"jwks_file": path.parent / settings.jwks_file})

@@ -68,19 +68,27 @@ def in_model(loc: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(loc[1:]) if loc[:1] and loc[0] in _REQUEST_PARTS else tuple(loc)
 
 
-def first_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:
-    """pydantic's validation problems as (the field at fault, a sentence about the first,
-    counting the rest): "name: must be lower-case letters, ... (not 'Hello_1')"."""
+#: Problems named in one message; the rest are counted.
+MAX_PROBLEMS_NAMED = 10
+
+
+def describe_problems(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:
+    """pydantic's validation problems as (the field at fault in the first, a sentence about
+    each, up to MAX_PROBLEMS_NAMED, counting the rest): "name: must be lower-case letters, ...
+    (not 'Hello_1'); nodes: Input should be greater than or equal to 1". Every mistake of a
+    spec at once: one fix and one resubmission, not one per mistake."""
     if not errors:
         return None, "invalid"
-    first = errors[0]
-    field = ".".join(str(part) for part in in_model(first.get("loc", ()))) or None
-    message = problem_sentence(first)
-    text = f"{field}: {message}" if field else message
-    more = len(errors) - 1
+    fields = [".".join(str(part) for part in in_model(e.get("loc", ()))) or None for e in errors]
+    parts = [
+        f"{field}: {problem_sentence(error)}" if field else problem_sentence(error)
+        for field, error in zip(fields, errors[:MAX_PROBLEMS_NAMED], strict=False)
+    ]
+    text = "; ".join(parts)
+    more = len(errors) - len(parts)
     if more:
         text += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return field, text
+    return fields[0], text
 
 
 def problem_sentence(problem: Mapping[str, Any]) -> str:

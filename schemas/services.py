@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from schemas.common import KEEPS_UNKNOWN, DnsLabel, WireModel, extra_fields
-from schemas.errors import first_problem
+from schemas.errors import describe_problems
 from schemas.workloads import (
     SECRET_MASK,
     Affinity,
@@ -176,7 +176,7 @@ class ServiceSpec(WireModel):
         try:
             self.replica_spec(0, self.regions[0] if self.regions else None)
         except ValueError as exc:
-            raise ValueError(f"replica: {_first_error(exc)}") from None
+            raise ValueError(f"replica: {_problems(exc)}") from None
         return self
 
     def redacted(self) -> ServiceSpec:
@@ -215,6 +215,6 @@ def unknown_fields(spec: ServiceSpec) -> list[tuple[str, str | None]]:
     return extra_fields(parts)
 
 
-def _first_error(exc: ValueError) -> str:
+def _problems(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
-    return first_problem(errors())[1] if callable(errors) else str(exc)
+    return describe_problems(errors())[1] if callable(errors) else str(exc)

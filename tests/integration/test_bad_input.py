@@ -49,6 +49,25 @@ async def test_rest_refuses_bad_workloads_naming_the_field(
     assert listed.json() == []  # nothing was stored
 
 
+async def test_every_problem_of_a_spec_is_named_at_once(fed: InProcessFederation) -> None:
+    """A spec with three mistakes is refused naming the three, not the first of them (and a
+    count of the rest): one fix and one resubmission, not three."""
+    await fed.start_hub()
+    assert fed.api is not None
+    bad = {**GOOD, "gpus_per_node": 0, "restart_policy": "sometimes", "max_restarts": -1}
+    response = await fed.api.post("/v1/workloads", json=bad)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["field"] == "gpus_per_node"  # the first, for programs
+    assert body["message"] == (
+        "gpus_per_node: Input should be greater than or equal to 1; "
+        "restart_policy: Input should be 'never' or 'on_failure'; "
+        "max_restarts: Input should be greater than or equal to 0"
+    )
+    batch = await fed.api.post("/v1/workloads:batch", json=[bad])
+    assert batch.json()["results"][0]["error"]["message"] == body["message"]
+
+
 async def test_an_unknown_field_is_refused_with_the_nearest_known_one(
     fed: InProcessFederation,
 ) -> None:
