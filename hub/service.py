@@ -216,6 +216,7 @@ class HubService(HubView):
                     self.state.spokes[spoke.id] = spoke
                     if spoke.report is not None:
                         self.state.reports[spoke.id] = spoke.report
+                await cordons.load(self.state)  # `/v1/spokes` shows them here too
             await asyncio.sleep(2.0)
 
     async def _refuse_on_standby(self) -> None:

@@ -83,6 +83,19 @@ async def test_standby_refuses_writes_then_takes_over_from_a_killed_leader(
         leader = clients[leader_name]
         standby = clients["hub-2" if leader_name == "hub" else "hub"]
         await wait_http(leader, {"eu-1", "us-1"})
+        # A cordon set on the leader shows on the standby's reads too (and lifted, is gone).
+        put = await leader.put("/v1/spokes/us-1/cordon", json={"reason": "rack 4 power work"})
+        assert put.status_code == 200, put.text
+
+        async def standby_shows(reason: str | None) -> bool:
+            spokes = {s["id"]: s for s in (await standby.get("/v1/spokes")).json()}
+            cordon = spokes.get("us-1", {}).get("cordoned")
+            return cordon is None if reason is None else (cordon or {}).get("reason") == reason
+
+        reason = "rack 4 power work"
+        await wait_until(lambda: standby_shows(reason), timeout=10, what="the cordon there")
+        assert (await leader.delete("/v1/spokes/us-1/cordon")).status_code == 200
+        await wait_until(lambda: standby_shows(None), timeout=10, what="it lifted there")
         log = tmp_path / "runs.log"
         refused = await standby.post("/v1/workloads", json=job(log, "w", 0.1))
         assert refused.status_code == 503
