@@ -24,6 +24,7 @@ from gpufed.session_cmd import age
 from gpufed.top import spoke_status
 from gpufed.when import parse_when
 from gpufed.yamlfile import read_mapping
+from schemas.events import without_log_path
 
 
 def add_client_commands(sub: Any) -> None:
@@ -451,7 +452,7 @@ def _note(r: dict[str, Any]) -> str:
             return f"{r['message']}; no cloud instance: {r['cloud_refused']}"
         return str(r["message"])
     if r["phase"] == "failed":
-        return "; ".join(p for p in str(r["message"]).split("; ") if not p.startswith("log "))
+        return without_log_path(str(r["message"]))
     if r["phase"] == "cancelled" and r.get("stop_notice"):
         return str(r["stop_notice"])  # the policy's stop: a notebook gone without a word else
     parts = [f"GPUs idle {age(r['idle_s'])}"] if r.get("idle_s") is not None else []

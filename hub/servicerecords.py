@@ -14,9 +14,13 @@ from hub.core.autoscale import Recommendation
 from hub.core.servicecost import ReplicaRun
 from hub.records import HistoryEntry, SpokeRecord, WorkloadRecord
 from schemas import CapacityReport, WorkloadSpec
+from schemas.events import without_log_path
 from schemas.services import ServiceSpec
 
 MAX_HISTORY = 200
+#: Replicas that fail while a request waits for one, after which it is answered at once (it
+#: would wait the whole `wake_timeout_s` for a service that cannot start).
+GIVE_UP_AFTER_FAILED = 2
 
 
 class ReplicaRef(BaseModel):
@@ -86,6 +90,29 @@ class Traffic:
     history: tuple[Recommendation, ...] = ()
     start_after: float = 0.0  # back-off after failed replicas
     failed_in_row: int = 0
+
+    def rps(self, window_s: float, now: float) -> float:
+        """Requests a second over the last `window_s` (older arrivals are forgotten)."""
+        while self.arrivals and now - self.arrivals[0] > window_s:
+            self.arrivals.popleft()
+        return len(self.arrivals) / window_s
+
+    def notify(self) -> None:
+        """Wake the requests waiting for a replica: something changed."""
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+
+def no_replica(record: ServiceRecord, waited_s: float, failed: int) -> str:
+    """Why a request found no ready replica: replicas failing while it waited (`failed`), or
+    none ready in `waited_s`; with the last replica's failure, where there is one, unless the
+    service is `public` (its callers are anyone's: they learn nothing of its workloads)."""
+    key = f"service {record.spec.team}/{record.spec.name} has no ready replica"
+    why = without_log_path(record.message) if not record.spec.public else ""
+    last = f" (last: {why})" if why else ""
+    if failed >= GIVE_UP_AFTER_FAILED:
+        return f"{key}: its replicas keep failing{last}; see `gpufed service show`"
+    return f"{key} (waited {waited_s:g} s){last}"
 
 
 def spec_index(spec: WorkloadSpec) -> int:

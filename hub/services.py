@@ -29,11 +29,13 @@ from hub.core.servicecost import ReplicaRun, gpu_dollars
 from hub.errors import Conflict, HubError, NotFound, Unavailable
 from hub.records import WorkloadRecord
 from hub.servicerecords import (
+    GIVE_UP_AFTER_FAILED,
     Health,
     ReplicaRef,
     ServiceRecord,
     Traffic,
     endpoint_of,
+    no_replica,
     regions_with_room,
     runs_of,
     service_key,
@@ -166,7 +168,7 @@ class ServiceController:
             "generation": record.generation,
             "desired": record.desired,
             "ready": sum(1 for r in replicas if r["ready"]),
-            "rps": round(self._rps(record, traffic, now), 3),
+            "rps": round(traffic.rps(record.spec.autoscaling.window_s, now), 3),
             "in_flight": traffic.in_flight,
             "waiting": traffic.waiting,
             "requests": record.requests,
@@ -194,16 +196,20 @@ class ServiceController:
         traffic.last_request_at = now
         deadline = now + hold_s
         traffic.in_flight += 1
+        failed_before = traffic.failed_in_row
         try:
             while True:
                 picked = self._pick(record, traffic)
                 if picked is not None:
                     return picked
                 remaining = deadline - self.state.clock()
-                if remaining <= 0 or record.key not in self.services:
-                    raise Unavailable(
-                        f"service {team}/{name} has no ready replica (waited {hold_s:g} s)"
-                    )
+                failed = traffic.failed_in_row - failed_before
+                if (
+                    remaining <= 0
+                    or failed >= GIVE_UP_AFTER_FAILED
+                    or record.key not in self.services
+                ):
+                    raise Unavailable(no_replica(record, hold_s, failed))
                 traffic.waiting += 1
                 try:
                     with contextlib.suppress(TimeoutError):
@@ -271,7 +277,7 @@ class ServiceController:
         await self._drop_ended(record, traffic, now)
         self._probe(record, now)
         load = Load(
-            rps=self._rps(record, traffic, now),
+            rps=traffic.rps(record.spec.autoscaling.window_s, now),
             in_flight=traffic.in_flight,
             waiting=traffic.waiting,
             last_request_at=traffic.last_request_at,
@@ -315,7 +321,7 @@ class ServiceController:
                 why = ended.message or ended.reason or ended.phase.value
                 record.message = f"replica {ref.workload_id} {ended.phase.value}: {why}"[:500]
                 record.note(now, "replica_ended", f"{ref.workload_id} {ended.phase.value}")
-            self._notify(traffic)
+            traffic.notify()
 
     def _replicas(self, record: ServiceRecord, now: float) -> tuple[Replica, ...]:
         out = []
@@ -353,7 +359,7 @@ class ServiceController:
             ref.stopping, self._dirty = True, True
             why = "unhealthy, replaced" if workload_id in plan.replaced else "stopped"
             record.note(now, "replica_stopping", f"{workload_id} {why}")
-            self._notify(traffic)
+            traffic.notify()
         await self._drain(record, now)
         if not plan.start or now < traffic.start_after:
             return
@@ -441,7 +447,7 @@ class ServiceController:
             traffic.failed_in_row = 0
             record.message = ""
             record.note(self.state.clock(), "replica_ready", workload_id)
-            self._notify(traffic)
+            traffic.notify()
 
     # --- helpers ---
 
@@ -472,12 +478,6 @@ class ServiceController:
         self.health[picked[0]].active += 1
         return picked
 
-    def _rps(self, record: ServiceRecord, traffic: Traffic, now: float) -> float:
-        window = record.spec.autoscaling.window_s
-        while traffic.arrivals and now - traffic.arrivals[0] > window:
-            traffic.arrivals.popleft()
-        return len(traffic.arrivals) / window
-
     def _runs(self, record: ServiceRecord) -> list[ReplicaRun]:
         return [
             run
@@ -485,10 +485,6 @@ class ServiceController:
             if (w := self.state.workloads.get(ref.workload_id)) is not None
             for run in runs_of(w, self.state.reports)
         ]
-
-    def _notify(self, traffic: Traffic) -> None:
-        changed, traffic.changed = traffic.changed, asyncio.Event()
-        changed.set()
 
     async def _save(self) -> None:
         document = json.dumps([r.model_dump(mode="json") for r in self.services.values()])

@@ -50,6 +50,13 @@ class WorkloadEvent(WireModel):
     )
 
 
+def without_log_path(message: str) -> str:
+    """An event's message without the `log <path>` part a spoke adds to an end (`exit code 3;
+    log /var/lib/...`): the path is on the spoke's host, of no use where the message is read
+    elsewhere (`gpufed logs` fetches the log itself)."""
+    return "; ".join(p for p in message.split("; ") if not p.startswith("log "))
+
+
 #: Most events one message on `spoke.<id>.events` carries, and about the most bytes: a spoke's
 #: outbox sends what has queued up in as few messages (a RUNNING wave of a cycle's starts is
 #: one), far inside nats-server's 1 MB max_payload.

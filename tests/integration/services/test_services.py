@@ -183,6 +183,42 @@ async def test_a_service_at_zero_replicas_wakes_for_a_request(
         assert "  cost:      1 request, " in capsys.readouterr().out
 
 
+async def test_a_request_to_a_service_whose_replicas_keep_failing_is_told_why(
+    fed: InProcessFederation,
+) -> None:
+    """A caller waiting for a replica of a service whose replicas die at start gets 503 with
+    the replica's failure once two have failed while it waited, not after the whole wake
+    timeout (five minutes here) with no reason."""
+    api = await start(fed)
+    crash = "import sys; sys.exit(3)"
+    spec = service(
+        "broken",
+        min_replicas=0,
+        max_replicas=1,
+        replica={"command": [sys.executable, "-c", crash]},
+        autoscaling={"wake_timeout_s": 300},
+    )
+    assert (await api.post("/v1/services", json=spec)).status_code == 201
+    answer = await api.get(f"/svc/{TEAM}/broken/hello", timeout=120)
+    assert answer.status_code == 503
+    body = answer.json()
+    assert body["code"] == "unavailable"
+    assert body["message"].startswith(
+        f"service {TEAM}/broken has no ready replica: its replicas keep failing "
+    ), body
+    assert body["message"].endswith(": exit code 3); see `gpufed service show`"), body
+    assert "/logs/" not in body["message"]  # not the log's path on the spoke's host
+    # A public service's callers are anyone: they learn that it fails, not how.
+    public = {**spec, "name": "open", "public": True}
+    assert (await api.post("/v1/services", json=public)).status_code == 201
+    anyone = await fed.client(None).get(f"/svc/{TEAM}/open/hello", timeout=120)
+    assert anyone.status_code == 503
+    assert anyone.json()["message"] == (
+        f"service {TEAM}/open has no ready replica: its replicas keep failing; "
+        "see `gpufed service show`"
+    )
+
+
 async def test_a_streamed_answer_reaches_the_caller_as_it_comes(
     fed: InProcessFederation,
 ) -> None:
