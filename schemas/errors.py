@@ -77,6 +77,7 @@ def describe_problems(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, 
     each, up to MAX_PROBLEMS_NAMED, counting the rest): "name: must be lower-case letters, ...
     (not 'Hello_1'); nodes: Input should be greater than or equal to 1". Every mistake of a
     spec at once: one fix and one resubmission, not one per mistake."""
+    errors = _without_follow_ons(errors)
     if not errors:
         return None, "invalid"
     fields = [".".join(str(part) for part in in_model(e.get("loc", ()))) or None for e in errors]
@@ -91,12 +92,29 @@ def describe_problems(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, 
     return fields[0], text
 
 
+def _without_follow_ons(errors: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Without a list's "too short" that only follows from a bad item in it (`command: [true]`
+    is `command.0: ...`, not also `command: ... at least 1 item`)."""
+    inside = {tuple(e.get("loc", ()))[:-1] for e in errors}
+    return [
+        e
+        for e in errors
+        if not (e.get("type") == "too_short" and tuple(e.get("loc", ())) in inside)
+    ]
+
+
 def problem_sentence(problem: Mapping[str, Any]) -> str:
-    """One pydantic problem in words: a broken naming rule says the rule, not its pattern."""
+    """One pydantic problem in words: a broken naming rule says the rule, not its pattern; a
+    boolean where text belongs says how YAML made it one."""
+    given = problem.get("input")
+    if problem.get("type") == "string_type" and isinstance(given, bool):
+        return (
+            f"must be text, not {str(given).lower()} (YAML reads unquoted yes, no, on, off, "
+            "true and false as booleans: quote it)"
+        )
     if problem.get("type") == "string_pattern_mismatch":
         meaning = PATTERN_MEANINGS.get((problem.get("ctx") or {}).get("pattern", ""))
         if meaning is not None:
-            given = problem.get("input")
             shown = f" (not {given!r})" if isinstance(given, str) and len(given) <= 80 else ""
             return f"must be {meaning}{shown}"
     return str(problem.get("msg", "invalid")).removeprefix("Value error, ")

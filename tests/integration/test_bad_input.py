@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,12 @@ async def test_every_problem_of_a_spec_is_named_at_once(fed: InProcessFederation
     )
     batch = await fed.api.post("/v1/workloads:batch", json=[bad])
     assert batch.json()["results"][0]["error"]["message"] == body["message"]
+    # A list's every item bad: the items named, not also the list as empty.
+    only = await fed.api.post("/v1/workloads", json={**GOOD, "command": [True]})
+    assert only.json()["message"] == (
+        "command.0: must be text, not true (YAML reads unquoted yes, no, on, off, true and "
+        "false as booleans: quote it)"
+    )
 
 
 async def test_an_unknown_field_is_refused_with_the_nearest_known_one(
@@ -244,3 +251,28 @@ async def test_gpufed_usage_says_when_until_comes_before_since(
     captured = capsys.readouterr()
     assert code == 1 and "TOTAL" not in captured.out  # no table of zeros
     assert "is before since" in captured.err
+
+
+async def test_a_spec_file_with_a_yaml_boolean_is_refused_saying_to_quote_it(
+    fed: InProcessFederation,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """YAML reads an unquoted `yes` (or on, off, true, no) as a boolean: the refusal says to
+    quote it, and says nothing about an empty command that follows from it."""
+    await fed.start_hub()
+    spec = tmp_path / "train.yaml"
+    spec.write_text(
+        "name: train\nteam: vision\nnodes: 0\ncommand: [python, train.py, --resume, yes]\n"
+    )
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["submit", "-f", str(spec)])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "nodes: Input should be greater than or equal to 1" in err
+    assert "command.3: must be text, not true (YAML reads unquoted" in err and "quote" in err
+    assert "at least 1 item" not in err
