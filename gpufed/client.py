@@ -126,12 +126,15 @@ class HubClient:
         action: str | None = None,
         limit: int = 100,
         since: float = 0.0,
+        via: str | None = None,
     ) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit, "since": since}
         if team:
             params["team"] = team
         if action:
             params["action"] = action
+        if via:
+            params["via"] = via
         return self._call("GET", "/v1/audit", params=params)  # type: ignore[no-any-return]
 
     def whoami(self) -> dict[str, Any]:

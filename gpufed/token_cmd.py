@@ -55,6 +55,9 @@ def add_token_commands(sub: Any, command: Any) -> None:
         "--since", default=None, help="unix time, ISO date/time, or an age like 2h or 7d (all)"
     )
     audit.add_argument("--limit", type=int, default=50, help="the newest this many (50)")
+    audit.add_argument(
+        "--token", help="only what this token did (its id, as `gpufed token list` shows it)"
+    )
 
     command("whoami", "the identity and team roles of the token in use", _whoami)
 
@@ -150,7 +153,10 @@ def _audit(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gpufed audit --since: {exc}", file=sys.stderr)
         return 2
-    entries = args.client.audit(team=args.team, action=args.action, since=since, limit=args.limit)
+    via = f"token:{args.token}" if args.token else None
+    entries = args.client.audit(
+        team=args.team, action=args.action, since=since, limit=args.limit, via=via
+    )
     if args.json:
         print(json.dumps(entries, indent=2))
         return 0
@@ -160,7 +166,7 @@ def _audit(args: argparse.Namespace) -> int:
             "(--limit, --since)",
             file=sys.stderr,
         )
-    rows = [("WHEN", "WHO", "ROLE", "ACTION", "TEAM", "TARGET", "RESULT", "DETAIL")]
+    rows = [("WHEN", "WHO", "ROLE", "ACTION", "TEAM", "TARGET", "RESULT", "VIA", "DETAIL")]
     for e in reversed(entries):
         rows.append(
             (
@@ -171,6 +177,7 @@ def _audit(args: argparse.Namespace) -> int:
                 e["team"] or "-",
                 e["target"] or "-",
                 e["result"],
+                e.get("via") or "-",
                 e["detail"],
             )
         )

@@ -74,6 +74,7 @@ def _audit(auth: AuthStore, action: str, record: TokenRecord, detail: str) -> No
         target=record.id,
         result="ok",
         detail=detail[:MAX_DETAIL],
+        via="store",  # the database's own credentials, no token
     )
     auth.append_audit(entry)
 

@@ -288,6 +288,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         who: Caller,
         team: Annotated[str | None, Query(max_length=63)] = None,
         action: Annotated[str | None, Query(max_length=64)] = None,
+        via: Annotated[str | None, Query(max_length=300)] = None,
         since: Instant = 0.0,
         limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_LIMIT)] = 100,
     ) -> list[AuditOut]:
@@ -297,7 +298,9 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         if teams is not None and not teams:
             raise Forbidden(f"{who.user} reads no team's audit log (it needs team-admin)")
         scope = [team] if team else (None if teams is None else sorted(teams))
-        return await hub.db(sec.store.audit, teams=scope, action=action, since=since, limit=limit)
+        return await hub.db(
+            sec.store.audit, teams=scope, action=action, via=via, since=since, limit=limit
+        )
 
     @app.get("/v1/whoami", response_model=WhoAmI)
     async def whoami(who: Caller) -> WhoAmI:

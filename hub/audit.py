@@ -71,7 +71,8 @@ class Auditor:
         return AuditEntry(
             at=self._clock(),
             actor=actor or (principal.user if principal else "anonymous"),
-            role=principal.role_label if principal else "none",
+            role=principal.role_on(team) if principal else "none",
+            via=principal.via if principal else "",
             action=action,
             team=team,
             target=target[:200],
@@ -121,6 +122,7 @@ class Auditor:
             at=self._clock(),
             actor="nats",
             role="none",
+            via="nats",
             action="submit",
             team=spec.team,
             target=(workload_id or "")[:200],

@@ -38,6 +38,7 @@ class AuditRow(SQLModel, table=True):
     target: str
     result: str
     detail: str
+    via: str = Field(default="", sa_column_kwargs={"server_default": ""})
 
 
 class TokenRecord(BaseModel):
@@ -66,6 +67,7 @@ class AuditEntry(BaseModel):
     target: str = ""
     result: str
     detail: str = ""
+    via: str = ""  # how the caller was authenticated: token:<id>, oidc:<issuer>, admin-token
 
 
 class AuthStore:
@@ -140,6 +142,7 @@ class AuthStore:
         *,
         teams: Iterable[str] | None = None,
         action: str | None = None,
+        via: str | None = None,
         since: float = 0.0,
         limit: int = 100,
     ) -> list[AuditEntry]:
@@ -150,6 +153,8 @@ class AuthStore:
                 query = query.where(col(AuditRow.team).in_(list(teams)))
             if action:
                 query = query.where(AuditRow.action == action)
+            if via:
+                query = query.where(AuditRow.via == via)
             query = query.order_by(col(AuditRow.seq).desc()).limit(limit)
             return [AuditEntry.model_validate(r.model_dump()) for r in session.exec(query)]
 

@@ -304,6 +304,13 @@ def v10_finished_at(conn: Connection) -> None:
     log.info("schema_backfilled", table="workloads", column="finished_at", rows=filled)
 
 
+def v11_audit_via(conn: Connection) -> None:
+    """audit_log.via: how the caller of each entry was authenticated (`token:<id>`,
+    `oidc:<issuer>`, `admin-token`, `nats`), so what one token did can be found (a leaked one,
+    say); '' for the entries written before."""
+    conn.execute(text("ALTER TABLE audit_log ADD COLUMN via VARCHAR NOT NULL DEFAULT ''"))
+
+
 def backfill_finished_at(conn: Connection) -> int:
     """Set `finished_at` of every ended workload: the end of its last attempt, or its
     submission when it never ran; return how many rows it set (bench/store_retention.py).

@@ -343,5 +343,6 @@ MIGRATIONS: tuple[Migration, ...] = (
         steps.v9_decisions_outbox,
     ),
     Migration(10, "workloads.finished_at (indexed, backfilled)", steps.v10_finished_at),
+    Migration(11, "audit_log.via", steps.v11_audit_via),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -64,7 +64,6 @@ class Statements:
     @classmethod
     def of(cls, engine: Engine) -> Statements:
         mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
-        audit_columns = ("at", "actor", "role", "action", "team", "target", "result", "detail")
         return cls(
             workload=_upsert(
                 "workloads",
@@ -103,8 +102,8 @@ class Statements:
                 mark,
             ),
             audit=(
-                f"INSERT INTO audit_log ({', '.join(audit_columns)})"
-                f" VALUES ({', '.join(mark for _ in audit_columns)})"
+                f"INSERT INTO audit_log ({', '.join(AUDIT_COLUMNS)})"
+                f" VALUES ({', '.join(mark for _ in AUDIT_COLUMNS)})"
             ),
             published=f"DELETE FROM decisions WHERE decision_id = {mark}",
         )
@@ -205,8 +204,13 @@ def decision_row(d: DecisionRecord) -> tuple[Any, ...]:
     )
 
 
+#: audit_log's columns in the order `audit_row` gives them.
+AUDIT_COLUMNS = ("at", "actor", "role", "action", "team", "target", "result", "detail", "via")
+
+
 def audit_row(e: AuditEntry) -> tuple[Any, ...]:
-    return (e.at, e.actor, e.role, e.action, e.team, e.target, e.result, e.detail)
+    """An entry's values in AUDIT_COLUMNS' order (spelled out: a save makes one per entry)."""
+    return (e.at, e.actor, e.role, e.action, e.team, e.target, e.result, e.detail, e.via)
 
 
 @contextmanager

@@ -68,6 +68,14 @@ class Principal:
             return "none"
         return max(self.teams.values(), key=lambda r: _RANK[r]).value
 
+    def role_on(self, team: str | None) -> str:
+        """One word for the audit log: `admin`, the role held on `team` (`none`: no role
+        there, as a member refused another team's work), or with no team the highest held."""
+        if self.admin or team is None:
+            return self.role_label
+        role = self.teams.get(team)
+        return role.value if role is not None else "none"
+
 
 def allowed(principal: Principal, action: Action, team: str) -> bool:
     """Whether `principal` may do `action` on `team`'s things."""

@@ -28,6 +28,7 @@ from sqlmodel.sql.sqltypes import AutoString
 import hub.authstore  # noqa: F401  (registers the token and audit tables)
 import hub.migrations as migrations
 from hub import migration_steps
+from hub.authstore import AuditEntry, AuthStore
 from hub.core.lifecycle import Attempt, EndReason
 from hub.migrations import LATEST_VERSION, MigrationError, current_version, migrate
 from hub.store import Store
@@ -287,6 +288,29 @@ def test_workloads_ended_before_the_finish_column_get_their_end_and_can_go(
             }  # fmt: skip
         assert store.remove_finished(before=100.0, limit=10) == 2
         assert {w.id for w in store.find()} == {"w-requeued", "w-running"}
+    finally:
+        store.close()
+
+
+def test_audit_entries_written_before_the_via_column_keep_their_rows(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _migrate_up_to(10, engine, monkeypatch)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO audit_log (at, actor, role, action, team, target, result, detail)"
+                " VALUES (5.0, 'mia', 'member', 'submit', 'vision', 'w1', 'ok', 'old')"
+            )
+        )
+    store = Store(db_url)  # migrates to the latest version
+    try:
+        auth = AuthStore(store.engine)
+        (old,) = auth.audit()
+        assert (old.actor, old.detail, old.via) == ("mia", "old", "")
+        new = AuditEntry(at=6.0, actor="bo", role="admin", action="x", result="ok", via="token:t1")
+        auth.append_audits([new])
+        assert [e.actor for e in auth.audit(via="token:t1")] == ["bo"]
     finally:
         store.close()
 

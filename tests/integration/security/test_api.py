@@ -29,6 +29,7 @@ class Callers:
     def __init__(self, fed: InProcessFederation) -> None:
         self.fed = fed
         self.clients: dict[str, httpx.AsyncClient] = {}
+        self.token_ids: dict[str, str] = {}
 
     async def start(self) -> Callers:
         tokens = {
@@ -40,6 +41,7 @@ class Callers:
         }
         for name, token in tokens.items():
             self.clients[name] = self.fed.client(token)
+            self.token_ids[name] = token.split("_")[1]
         self.clients["anonymous"] = self.fed.client(None)
         self.clients["bad"] = self.fed.client("gpufed_0123456789ab_" + "x" * 43)
         self.clients["garbage"] = self.fed.client("not-a-token")
@@ -232,6 +234,11 @@ async def test_mutating_actions_are_audited_with_who_what_and_result(callers: Ca
     assert ("root", "token.revoke", OWN, "ok") in seen
     submit = next(e for e in entries if e["action"] == "submit" and e["target"] == ok)
     assert submit["at"] > 0 and submit["role"] == "member"
+    assert submit["via"] == f"token:{callers.token_ids['member']}"  # which token acted
+    sneaky = next(e for e in entries if e["action"] == "submit" and e["team"] == OTHER)
+    assert sneaky["role"] == "none"  # mia holds no role on the team she tried
+    by_token = await callers["admin"].get("/v1/audit", params={"via": submit["via"]})
+    assert {e["actor"] for e in by_token.json()} == {"mia"}
     # A team-admin reads its own team's entries only.
     own_only = (await callers["team-admin"].get("/v1/audit")).json()
     assert own_only and {e["team"] for e in own_only} == {OWN}

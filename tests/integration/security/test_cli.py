@@ -87,20 +87,28 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
     monkeypatch.delenv("GPUFED_TOKEN")  # back to the admin token file
     code, out, _ = gpufed(capsys, "audit")
     lines = [line.split() for line in out.splitlines()]
+    # Alice's role on nlp, whose work she tried: none (she is a member of vision only).
     assert any(
-        line[2:6] == ["alice", "member", "submit", "nlp"] and "denied" in line for line in lines
+        line[2:6] == ["alice", "none", "submit", "nlp"] and "denied" in line for line in lines
     )
     assert any(
-        line[2:6] == ["alice", "member", "cancel", "nlp"] and "denied" in line for line in lines
+        line[2:6] == ["alice", "none", "cancel", "nlp"] and "denied" in line for line in lines
     )
     assert any(line[2:6] == ["bob", "member", "submit", "nlp"] and bobs in line for line in lines)
+    # What one token did (a leaked one, say): bob's, by its id.
+    bobs_token = tokens["bob"].split("_")[1]
+    code, out, _ = gpufed(capsys, "audit", "--token", bobs_token)
+    assert code == 0
+    assert [line.split()[2:9] for line in out.splitlines()[1:]] == [
+        ["bob", "member", "submit", "nlp", bobs, "ok", f"token:{bobs_token}"]
+    ]
     # --since: what came after (alice's refusals, not bob's submit); a page that is full says
     # older entries match too.
     code, out, err = gpufed(capsys, "audit", "--since", str(after_bobs))
     assert code == 0 and err == ""
     assert [line.split()[2:5] for line in out.splitlines()[1:]] == [
-        ["alice", "member", "submit"],
-        ["alice", "member", "cancel"],
+        ["alice", "none", "submit"],
+        ["alice", "none", "cancel"],
     ]
     code, out, err = gpufed(capsys, "audit", "--limit", "1")
     assert code == 0 and len(out.splitlines()) == 2
@@ -161,7 +169,7 @@ def test_bootstrap_through_the_store_and_revoke(
     monkeypatch.setenv("GPUFED_TOKEN", hub.admin_token)
     code, out, _ = gpufed(capsys, "audit", "--action", "token.revoke")
     assert any(
-        line.split()[2:7] == ["store", "admin", "token.revoke", "nlp", leaked_id]
+        line.split()[2:9] == ["store", "admin", "token.revoke", "nlp", leaked_id, "ok", "store"]
         for line in out.splitlines()
     )
 
