@@ -167,6 +167,10 @@ class HubClient:
     def uncordon(self, spoke_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/spokes/{spoke_id}/cordon")  # type: ignore[no-any-return]
 
+    def drain(self, spoke_id: str, reason: str = "") -> dict[str, Any]:
+        path = f"/v1/spokes/{spoke_id}/drain"
+        return self._call("POST", path, json={"reason": reason})  # type: ignore[no-any-return]
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")  # type: ignore[no-any-return]
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from gpufed.client import ApiError, HubClient
+from gpufed.cordon_cmd import add_cordon_commands
 from gpufed.flagnames import SUBMIT_FLAGS, naming_the_flag
 from gpufed.policy_check import overlapping_windows, unknown_models
 from gpufed.policy_view import policy_in_force
@@ -78,12 +79,7 @@ def add_client_commands(sub: Any) -> None:
     cancel.add_argument("id")
 
     command("spokes", "list spokes and their GPUs", _spokes)
-    cordon = command(
-        "cordon", "take a spoke out of placement: no new work; what runs there runs on", _cordon
-    )
-    cordon.add_argument("spoke")
-    cordon.add_argument("--reason", default="", help="shown with the spoke (gpufed spokes)")
-    command("uncordon", "put a cordoned spoke back into placement", _uncordon).add_argument("spoke")
+    add_cordon_commands(command)
 
     policy = command("policy", "show the policy in force, or set a new one (admin)", _policy)
     policy.add_argument("action", choices=["show", "set"])
@@ -270,21 +266,6 @@ def _spokes(args: argparse.Namespace) -> int:
             c = s["cordoned"]
             why = f": {c['reason']}" if c["reason"] else ""
             print(f"{s['id']} cordoned by {c['by']} {age(time.time() - c['at'])} ago{why}")
-    return 0
-
-
-def _cordon(args: argparse.Namespace) -> int:
-    s = args.client.cordon(args.spoke, args.reason)
-    print(
-        f"spoke {s['id']} cordoned: no new work goes there; {s['running']} running "
-        "workload(s) run on (gpufed uncordon to put it back)"
-    )
-    return 0
-
-
-def _uncordon(args: argparse.Namespace) -> int:
-    s = args.client.uncordon(args.spoke)
-    print(f"spoke {s['id']} back in placement")
     return 0
 
 

@@ -96,6 +96,25 @@ class CordonIn(BaseModel):
     reason: ShortText = ""  # no control characters: it is printed on operators' terminals
 
 
+class DrainedWorkload(BaseModel):
+    workload_id: str
+    name: str
+    team: str
+    why: str = Field(default="", description="why it was left running (left_running only)")
+
+
+class DrainOut(BaseModel):
+    """A drained spoke: cordoned, its movable work preempted to run elsewhere."""
+
+    spoke: SpokeOut
+    requeued: list[DrainedWorkload] = Field(
+        description="stopped by the spoke (with its grace), then placed elsewhere"
+    )
+    left_running: list[DrainedWorkload] = Field(
+        description="work that may not move (restart_policy never, on_hub_loss keep)"
+    )
+
+
 class HealthOut(BaseModel):
     ok: bool
     role: Literal["leader", "standby"]  # a standby answers reads and refuses writes (503)

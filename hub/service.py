@@ -248,6 +248,16 @@ class HubService(HubView):
             raise NotFound(f"no spoke {spoke_id} (gpufed spokes lists them)")
         await cordons.put(self.state, spoke_id, cordon)
 
+    async def drain(self, spoke_id: str, cordon: Cordon) -> cordons.Drained:
+        """Cordon `spoke_id` and move the work it runs that may move; see `hub.cordons`."""
+        await self._refuse_on_standby()
+        if spoke_id not in self.spokes:
+            raise NotFound(f"no spoke {spoke_id} (gpufed spokes lists them)")
+        drained = await cordons.drain(self.state, spoke_id, cordon)
+        await self.publisher.publish(drained.decisions)
+        log.info("spoke_drained", spoke=spoke_id, requeued=len(drained.requeued))
+        return drained
+
     # --- policy ---
 
     async def set_policy(self, data: dict[str, Any], source: str = "api") -> Policy:

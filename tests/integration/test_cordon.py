@@ -129,3 +129,67 @@ async def test_two_spokes_cordoned_at_once_both_stay_cordoned(fed: InProcessFede
     assert sorted(s["id"] for s in listed if s["cordoned"]) == ["eu-1", "eu-2"]
     bad = await fed.api.put("/v1/spokes/eu-1/cordon", json={"reason": "fine\x1b[2Jgone"})
     assert bad.status_code == 422
+
+
+async def test_a_drained_spoke_moves_the_work_that_may_move_and_names_the_rest(
+    fed: InProcessFederation,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`gpufed drain` before maintenance: the spoke is cordoned, its movable work stops there
+    and runs elsewhere without counting a restart, and the work that may not move (it would
+    run again from the start) runs on, named for the operator."""
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"))
+    await fed.wait_spokes(1)
+    movable = await fed.submit(
+        name="train", team="vision", command=["sleep", "300"], restart_policy="on_failure"
+    )
+    kept = await fed.submit(name="etl", team="vision", command=["sleep", "300"])
+    for wid in (movable, kept):
+        await fed.wait_phase(wid, {Phase.RUNNING})
+    await fed.start_spoke("eu-2", "eu", nodes("eu-2", 1, 2, "H100"))
+    await fed.wait_spokes(2)
+    assert fed.api is not None
+
+    member = fed.client(await fed.token("alice", "member", "vision"))
+    refused = await member.post("/v1/spokes/eu-1/drain", json={})
+    assert refused.status_code == 403 and "needs admin" in refused.json()["message"]
+    await member.aclose()
+
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["drain", "eu-1", "--reason", "PSU swap"])
+        out = capsys.readouterr().out
+    assert code == 0
+    assert out == (
+        "spoke eu-1 cordoned and drained: 1 workload(s) stop there (with their grace) and "
+        "queue again for elsewhere (gpufed uncordon to put it back)\n"
+        f"  moved  {movable}  vision/train\n"
+        "1 workload(s) run on there (cancel them, or wait for them to end):\n"
+        f"  stays  {kept}  vision/etl  (restart_policy never: moved, it would run again from "
+        "the start)\n"
+    )
+    await until(
+        lambda: _runs_on(fed, movable, "eu-2"), 30, "the movable work to run on the other spoke"
+    )
+    moved = await fed.workload(movable)
+    assert (moved["epoch"], moved["restarts"]) == (2, 0)  # preempted: no restart counted
+    assert moved["attempts"][0]["end_reason"] == "preempted"
+    assert any("drained by admin: PSU swap" in h["detail"] for h in moved["history"])
+    stayed = await fed.workload(kept)
+    assert (stayed["phase"], stayed["spoke_id"], stayed["epoch"]) == ("running", "eu-1", 1)
+    spokes = {s["id"]: s for s in (await fed.api.get("/v1/spokes")).json()}
+    assert spokes["eu-1"]["cordoned"]["reason"] == "PSU swap"
+    audit = (await fed.api.get("/v1/audit", params={"action": "spoke.drain"})).json()
+    assert [(e["actor"], e["result"], e["detail"]) for e in audit] == [
+        ("admin", "ok", "1 requeued, 1 left running: PSU swap"),
+        ("alice", "denied", ""),
+    ]
+
+
+async def _runs_on(fed: InProcessFederation, workload_id: str, spoke_id: str) -> bool:
+    record = await fed.workload(workload_id)
+    return bool(record["phase"] == "running" and record["spoke_id"] == spoke_id)
