@@ -59,6 +59,7 @@ from hub.tokenapi import add_token_routes
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
 from schemas.burst import InstanceEvent
 from schemas.errors import describe_problems, in_model
+from schemas.workloads import spec_problems
 
 log = structlog.get_logger(__name__)
 
@@ -124,6 +125,8 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         if code == "invalid_policy":  # every problem, named as `gpufed hub --policy` does
             errors = [{**e, "loc": in_model(e["loc"])} for e in exc.errors()]
             text = describe_errors(errors, exc.body)
+        elif request.url.path == "/v1/workloads":  # with its typos, if any
+            field, text = spec_problems(exc.errors(), exc.body)
         return _error(422, code, text[:2000], field)
 
     @app.exception_handler(StarletteHTTPException)

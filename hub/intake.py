@@ -22,7 +22,7 @@ from schemas import (
     SubmitReply,
     WorkloadSpec,
 )
-from schemas.errors import describe_problems
+from schemas.workloads import spec_problems
 
 log = structlog.get_logger(__name__)
 
@@ -174,7 +174,7 @@ class Intake:
             except ValidationError as exc:
                 self._refused()
                 specs.append(None)
-                replies.append(SubmitReply(ok=False, error=validation_error(exc)))
+                replies.append(SubmitReply(ok=False, error=validation_error(exc, _json(msg.data))))
         return specs, replies
 
     async def _answer(
@@ -311,7 +311,7 @@ class Intake:
                 specs.append(WorkloadSpec.model_validate(item))
                 replies.append(None)
             except ValidationError as exc:
-                replies.append(SubmitReply(ok=False, error=validation_error(exc)))
+                replies.append(SubmitReply(ok=False, error=validation_error(exc, item)))
         if self._submit_many is None:
             raise RuntimeError("this hub takes no batches")
         taken = await self._submit_many(specs, user, audit=audit)
@@ -336,7 +336,16 @@ class Intake:
         return SubmitBatchReply(results=tuple(results), accepted=accepted, refused=refused)
 
 
-def validation_error(exc: ValidationError) -> ErrorReply:
-    """Our error shape from pydantic's: the first problem, naming its field."""
-    field, text = describe_problems(exc.errors())
+def validation_error(exc: ValidationError, data: object = None) -> ErrorReply:
+    """Our error shape from pydantic's about submitted `data`: every problem (its unknown
+    fields first), naming the field of the first."""
+    field, text = spec_problems(exc.errors(), data)
     return ErrorReply(code="invalid_workload", message=text, field=field)
+
+
+def _json(data: bytes) -> object:
+    """`data` as JSON, or None when it is not (a refusal's unknown fields are read from it)."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None

@@ -150,8 +150,17 @@ def extra_fields(parts: Iterable[tuple[BaseModel, str]]) -> list[tuple[str, str 
         extra = model.model_extra
         if not extra:
             continue  # nearly every spec: checked on every submission
-        known = type(model).model_fields
-        for name in extra:
+        found += unknown_names(extra, type(model).model_fields, prefix)
+    return found
+
+
+def unknown_names(
+    names: Iterable[str], known: Collection[str], prefix: str = ""
+) -> list[tuple[str, str | None]]:
+    """Those of `names` not `known`, prefixed, each with the nearest known one, if any."""
+    found: list[tuple[str, str | None]] = []
+    for name in names:
+        if name not in known:
             near = nearest_name(name, known)
             found.append((prefix + name, prefix + near if near else None))
     return found

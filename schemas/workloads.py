@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -16,8 +17,10 @@ from schemas.common import (
     WireModel,
     extra_fields,
     refuse_control,
+    unknown_names,
+    unknown_text,
 )
-from schemas.errors import ErrorReply
+from schemas.errors import ErrorReply, describe_problems
 
 MAX_COMMAND_ITEMS = 256
 MAX_COMMAND_BYTES = 64 * 1024
@@ -302,6 +305,22 @@ def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
     it), each with the nearest one it has, if any: the hub refuses such a spec rather than run
     something other than what was asked. Empty for a spec without any."""
     return extra_fields(((spec, ""), (spec.affinity, "affinity.")))
+
+
+def spec_problems(errors: Sequence[Mapping[str, Any]], data: object) -> tuple[str | None, str]:
+    """Why submitted `data` is no spec (`describe_problems` of pydantic's `errors`), its unknown
+    fields first: a typo (`gpu: 2`) beside a bad value is named with it, not once the value is
+    fixed (a valid spec's unknown fields are `unknown_fields`)."""
+    field, text = describe_problems(errors)
+    if not isinstance(data, Mapping):
+        return field, text
+    unknown = unknown_names(data, WorkloadSpec.model_fields)
+    affinity = data.get("affinity")
+    if isinstance(affinity, Mapping):
+        unknown += unknown_names(affinity, Affinity.model_fields, "affinity.")
+    if not unknown:
+        return field, text
+    return unknown[0][0], f"{unknown_text(unknown)}; {text}"
 
 
 class SubmitReply(WireModel):

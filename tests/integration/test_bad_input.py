@@ -67,6 +67,25 @@ async def test_every_problem_of_a_spec_is_named_at_once(fed: InProcessFederation
     )
     batch = await fed.api.post("/v1/workloads:batch", json=[bad])
     assert batch.json()["results"][0]["error"]["message"] == body["message"]
+    # A typo beside a bad value: both at once, the typo first (it was named only once the
+    # value was fixed), over REST, in a batch and over NATS.
+    typo = {**GOOD, "gpu": 2, "nodes": 0}
+    expected = (
+        "unknown field: gpu (did you mean gpus_per_node?); "
+        "nodes: Input should be greater than or equal to 1"
+    )
+    both = (await fed.api.post("/v1/workloads", json=typo)).json()
+    assert (both["field"], both["message"]) == ("gpu", expected)
+    batch = await fed.api.post("/v1/workloads:batch", json=[typo])
+    assert batch.json()["results"][0]["error"]["message"] == expected
+    bus = Bus(fed.tool_settings())
+    await bus.connect()
+    try:
+        answer = await bus.nc.request(subjects.SUBMIT, json.dumps(typo).encode(), 5)
+    finally:
+        await bus.close()
+    error = SubmitReply.model_validate_json(answer.data).error
+    assert error is not None and error.message == expected
     # A list's every item bad: the items named, not also the list as empty.
     only = await fed.api.post("/v1/workloads", json={**GOOD, "command": [True]})
     assert only.json()["message"] == (
