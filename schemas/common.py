@@ -30,6 +30,10 @@ SpokeId = Annotated[str, StringConstraints(pattern=SPOKE_ID_PATTERN)]
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,159}$"
 EventId = Annotated[str, StringConstraints(pattern=EVENT_ID_PATTERN)]
 
+#: The start of every burst id (`<prefix>-<seq>-<n>-<digest>`, a spoke id: 48 at most).
+BURST_ID_PREFIX_MAX = 16
+BURST_ID_PREFIX_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{BURST_ID_PREFIX_MAX - 1}}}$"
+
 #: A GPU model's name as the fleet reports it (H100, A100-80GB, nvidia_l4).
 GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -42,6 +46,10 @@ PATTERN_MEANINGS = {
     ID_PATTERN: "letters, digits, '_' and '-', starting with a letter or digit (at most 63)",
     SPOKE_ID_PATTERN: (
         f"letters, digits, '_' and '-', starting with a letter or digit (at most {SPOKE_ID_MAX})"
+    ),
+    BURST_ID_PREFIX_PATTERN: (
+        "letters, digits, '_' and '-', starting with a letter or digit "
+        f"(at most {BURST_ID_PREFIX_MAX})"
     ),
     GPU_MODEL_PATTERN: (
         "letters, digits, '_', '.' and '-', starting with a letter or digit (such as H100)"

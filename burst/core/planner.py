@@ -29,10 +29,10 @@ from burst.core.model import (
 )
 from burst.core.packing import Unit, Work, pack
 from schemas.burst import DemandItem, DemandReport, InstanceState, Market
+from schemas.common import BURST_ID_PREFIX_PATTERN, PATTERN_MEANINGS
 
 #: Launch ids are `<prefix>-<seq>-<n>-<digest>`: spoke ids, EC2 client tokens and tag values.
-#: At most 16 characters: a burst id (`<prefix>-<seq>-<n>-<digest>`) is a spoke id (48 at most).
-ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,15}$")
+ID_PREFIX = re.compile(BURST_ID_PREFIX_PATTERN)
 
 
 def plan_burst(
@@ -59,7 +59,8 @@ def plan_burst(
     incarnation), since launch ids are idempotency keys.
     """
     if not ID_PREFIX.match(id_prefix):
-        raise ValueError(f"id_prefix {id_prefix!r} must match {ID_PREFIX.pattern}")
+        meaning = PATTERN_MEANINGS[BURST_ID_PREFIX_PATTERN]
+        raise ValueError(f"id_prefix {id_prefix!r} must be {meaning}")
     terminations = _terminations(fleet, policy, state, now)
     # A team losing an instance in this plan gets no new one in it either (no churn).
     released = dict(state.last_terminate_at)

@@ -48,3 +48,11 @@ def test_the_static_admin_token_comes_from_a_file_never_from_argv(
     err = capsys.readouterr().err
     assert err.startswith("gpufed hub: --admin-token: ") and "--admin-token-file" in err
     assert "s3cret-admin" not in err
+
+
+def test_a_bad_burst_id_prefix_is_refused_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["burst", "--id-prefix", "bad prefix!"]) == 1
+    assert capsys.readouterr().err == (
+        "gpufed burst: --id-prefix: must be letters, digits, '_' and '-', starting with a letter "
+        "or digit (at most 16) (not 'bad prefix!')\n"
+    )
