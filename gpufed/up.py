@@ -31,6 +31,7 @@ from bus.processes import ends_with_us, stop_process, stop_processes
 from bus.tls import TlsFiles, ensure_local_ca
 from gpufed.backoff import Backoff, crashes_in_a_row, restart_delay
 from gpufed.client import ApiError, HubClient
+from gpufed.logfiles import rotate_all
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ FLEET = (
 
 #: A piece that dies is started again after 0.5 s, 1 s, 2 s ... at most 10 s apart, for ever.
 RESTART_BACKOFF = Backoff(base_s=0.5, cap_s=10.0, reset_after_s=60.0)
+#: How often `supervise` rotates the pieces' logs that grew past gpufed.logfiles.MAX_LOG_BYTES.
+LOGS_CHECKED_EVERY_S = 10.0
 
 #: The policy a new embedded federation starts with: every team may burst onto the simulated
 #: cloud, within a budget. (A real hub's default lets no unlisted team burst.) Seeded into the
@@ -123,6 +126,7 @@ class Federation:
         self._started: list[subprocess.Popen[bytes]] = []  # everything we spawned, in order
         self.backoff = backoff
         self._started_at: dict[str, float] = {}  # piece -> time.monotonic() of its last start
+        self._logs_checked_at = float("-inf")  # the logs' sizes (gpufed.logfiles)
         self._crashes: dict[str, int] = {}  # piece -> crashes in a row
         self._restart_at: dict[str, float] = {}  # piece -> when to start it again
         # Spokes that reach NATS another way (a regional leaf, a cuttable link), on restarts too.
@@ -399,6 +403,9 @@ class Federation:
         """
         now = time.monotonic() if now is None else now
         said = []
+        if now - self._logs_checked_at >= LOGS_CHECKED_EVERY_S:
+            self._logs_checked_at = now
+            rotate_all([*self.log_dir.glob("*.log"), self.nats.log_file])
         if self.nats.exited and "nats" not in self._restart_at:
             said.append(self._schedule("nats", f"exited with {self.nats.returncode}", now))
         for name, proc in list(self.procs.items()):
