@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import make_url
 
 from gpufed.cli import main
 from gpufed.up import Federation
@@ -199,3 +201,22 @@ def test_bootstrap_into_a_store_it_cannot_open_says_so_in_one_line(
     args = ("token", "create", "--store-url", url, "--user", "ops", "--team", "Bad_X")
     code, out, err = gpufed(capsys, *args)
     assert (code, out) == (1, "") and err.startswith("gpufed token create: team: ")
+
+
+def test_bootstrap_into_a_postgresql_database_that_holds_no_hub_store_is_refused(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL up, the database there, but no hub ever made its store in it (a typo in the
+    database name of a server with several): refused, and no tables made in it."""
+    url_file = tmp_path / "store-url"
+    url_file.write_text(pg_url + "\n")
+    url_file.chmod(0o600)
+    args = ("token", "create", "--store-url-file", str(url_file), "--user", "ops")
+    code, out, err = gpufed(capsys, *args, "--role", "admin")
+    assert (code, out) == (1, "")
+    assert "it holds no gpufed tables" in err and make_url(pg_url).password not in err
+    engine = create_engine(pg_url)
+    try:
+        assert inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
