@@ -344,8 +344,9 @@ def validation_error(exc: ValidationError, data: object = None) -> ErrorReply:
 
 
 def _json(data: bytes) -> object:
-    """`data` as JSON, or None when it is not (a refusal's unknown fields are read from it)."""
+    """`data` as JSON, or None when it is not (a refusal's unknown fields are read from it);
+    a hostile nesting too deep for the parser is no JSON either."""
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
