@@ -44,7 +44,7 @@ from schemas.common import clean_text
 from spoke.activity import ActivityMonitor
 from spoke.devices import check_assignments, node_capacity, with_mig_profiles
 from spoke.errors import PermanentSpokeError, SpokeError
-from spoke.fencing import Fence
+from spoke.fencing import Fence, fence_file
 from spoke.interruption import InterruptionNotice, watch_interruption
 from spoke.inventory.lastknown import LastKnown
 from spoke.journal import Journal
@@ -99,7 +99,7 @@ class SpokeAgent:
         self._seq = 0
         self._stops: set[asyncio.Task[None]] = set()
         self.fence = Fence(
-            settings.workdir / "fence.json",
+            fence_file(settings.workdir),
             heartbeat_s=settings.heartbeat_s,
             stop_grace_s=settings.stop_grace_s,
             fence_after_s=settings.fence_after_s,
@@ -182,6 +182,8 @@ class SpokeAgent:
             if log_sub is not None:
                 with contextlib.suppress(Exception):
                     await log_sub.unsubscribe()
+            with contextlib.suppress(OSError):  # the lease as last heard, for the watchdog
+                self.fence.save()
             await self.runtime.close()
             if tasks:  # the outbox's publisher runs: let it deliver what is queued
                 await drain(self._outbox, within_s=3.0)

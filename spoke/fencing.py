@@ -32,6 +32,11 @@ SENT_KEPT = 256
 MARGIN_HEARTBEATS = 3
 
 
+def fence_file(workdir: Path) -> Path:
+    """Where a spoke keeps its fence state (its watchdog reads it too)."""
+    return workdir / "fence.json"
+
+
 class Fence:
     """The spoke's lease on its work, as far as it can tell from the hub's acknowledgements."""
 

@@ -25,11 +25,12 @@ from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay
 from spoke.runtime.exitlog import ExitLog
 from spoke.runtime.leftovers import Leftovers, log_name, log_of
-from spoke.runtime.processes import alive, end_reason, find_wrappers, until_groups_end
+from spoke.runtime.processes import alive, end_reason, exit_file, find_wrappers, until_groups_end
 from spoke.runtime.retention import Keep
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
+from spoke.runtime.watchdog import Guard, Keeper
 from spoke.runtime.wrapper import INHERITED_ENV, WRAPPER, WRAPPER_LOGGED, environment
 
 log = structlog.get_logger(__name__)
@@ -76,6 +77,7 @@ class LocalRuntime:
         work_dir: Path | None = None,
         run_as: RunAs | None = None,
         keep: Keep | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self._sink = sink
         # A workload without a working_dir starts in work_dir/<id>, never in the spoke's own
@@ -91,6 +93,8 @@ class LocalRuntime:
         self.load_dir = load_dir or log_dir.parent / "load"
         self._runs: dict[str, _Run] = {}
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
+        # Outlives the spoke to fence its movable work (spoke.runtime.watchdog).
+        self._keeper = Keeper(guard, self.run_dir, self._journal.path)
         self._exits = ExitLog(self.run_dir)
         # An ended workload's log, workspace and load file: kept by `keep`, then removed.
         self.leftovers = Leftovers(
@@ -179,6 +183,8 @@ class LocalRuntime:
             return
         run.pids = [p.pid for p in run.procs]
         self._journal.pids(launch, run.pids)
+        if launch.spec.fenced:
+            self._keeper.fenced_run(self._inherited)
         endpoint = await self._expose(run)
         await self._sink(
             RuntimeEvent(launch.workload_id, launch.epoch, EventPhase.RUNNING, endpoint=endpoint)
@@ -204,6 +210,7 @@ class LocalRuntime:
     async def adopt(self) -> dict[str, int]:
         """Watch again the processes a previous spoke process started; report those that ended."""
         adopted: dict[str, int] = {}
+        self._keeper.adopting()
         for run in self._replay_journal():
             wid = run.launch.workload_id
             self._runs[wid] = run
@@ -213,6 +220,8 @@ class LocalRuntime:
                 adopted[wid] = run.launch.epoch
                 log.info("process_adopted", workload=wid, pids=run.pids)
                 await self._expose(run)  # the same URL as before, where its port is still free
+                if run.launch.spec.fenced:
+                    self._keeper.fenced_run(self._inherited)
             run.watcher = asyncio.create_task(self._watch(run), name=f"watch-{wid}")
         self._exits.prune()
         self.leftovers.watch()
@@ -254,6 +263,7 @@ class LocalRuntime:
 
     async def close(self) -> None:
         """Stop watching; the processes run on and a restarted spoke re-adopts them."""
+        self._keeper.close()
         await self.leftovers.close()
         for run in self._runs.values():
             if run.relay is not None:
@@ -437,7 +447,7 @@ class LocalRuntime:
         return Path(self._exit_path(launch, rank))
 
     def _exit_path(self, launch: Launch, rank: int) -> str:
-        return f"{self._run_prefix}{launch.workload_id}-e{launch.epoch}-r{rank}.exit"
+        return exit_file(self._run_prefix, launch.workload_id, launch.epoch, rank)
 
     @property
     def journal_path(self) -> Path:

@@ -16,6 +16,11 @@ from pathlib import Path
 LEFTOVER_GRACE_S = 2.0
 
 
+def exit_file(run_prefix: str, workload_id: str, epoch: int, rank: int) -> str:
+    """The exit file of one rank of a run (its wrapper's $0: how /proc finds the wrapper)."""
+    return f"{run_prefix}{workload_id}-e{epoch}-r{rank}.exit"
+
+
 def find_wrappers(exit_files: list[str]) -> list[int]:
     """Pids of the live wrappers whose command line names one of `exit_files` (Linux /proc)."""
     wanted = {path.encode() for path in exit_files}

@@ -18,6 +18,7 @@ of about a gigabyte, and read all of it on its next start).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -93,24 +94,9 @@ class RunJournal:
         """The start records (with their pids and port) of runs started and not ended; the
         file is rewritten to just those."""
         self.close()
-        open_runs: dict[tuple[str, int], dict[str, Any]] = {}
         if not self.path.exists():
             return []
-        for number, line in enumerate(self.path.read_text().splitlines(), 1):
-            try:
-                record = json.loads(line)
-                if record["t"] == "start":
-                    open_runs[(record["workload_id"], int(record["epoch"]))] = record
-                elif record["t"] in ("pids", "port"):
-                    started = open_runs.get((record["w"], int(record["e"])))
-                    if started is not None and record["t"] == "pids":
-                        started["pids"] = record["pids"]
-                    elif started is not None:
-                        started["pub"] = record["pub"]
-                else:
-                    open_runs.pop((record["w"], int(record["e"])), None)
-            except (ValueError, KeyError, TypeError) as exc:  # a torn last line
-                log.warning("run_journal_line_skipped", line=number, error=str(exc))
+        open_runs = read_open(self.path)
         lines = [json.dumps(r) + "\n" for r in open_runs.values()]
         self._open = {
             (r["workload_id"], int(r["epoch"])): [line]
@@ -147,6 +133,30 @@ class RunJournal:
         self._lines += 1
         if flush:
             self._file.flush()
+
+
+def read_open(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The start records (with their pids and port) of the runs in `path` started and not
+    ended, by (workload id, epoch); the file is only read (the spoke's watchdog reads it)."""
+    open_runs: dict[tuple[str, int], dict[str, Any]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        text = path.read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                record = json.loads(line)
+                if record["t"] == "start":
+                    open_runs[(record["workload_id"], int(record["epoch"]))] = record
+                elif record["t"] in ("pids", "port"):
+                    started = open_runs.get((record["w"], int(record["e"])))
+                    if started is not None and record["t"] == "pids":
+                        started["pids"] = record["pids"]
+                    elif started is not None:
+                        started["pub"] = record["pub"]
+                else:
+                    open_runs.pop((record["w"], int(record["e"])), None)
+            except (ValueError, KeyError, TypeError) as exc:  # a torn last line
+                log.warning("run_journal_line_skipped", line=number, error=str(exc))
+    return open_runs
 
 
 def _private(path: Path, how: int) -> TextIO:
