@@ -35,7 +35,6 @@ from spoke.runtime.wrapper import INHERITED_ENV, WRAPPER, WRAPPER_LOGGED, enviro
 
 log = structlog.get_logger(__name__)
 
-
 #: How often adopted processes (not our children) are checked.
 ADOPTED_POLL_S = 0.5
 #: Longest a run of starts holds the event loop before the rest of the spoke gets a turn (to
@@ -210,10 +209,12 @@ class LocalRuntime:
     async def adopt(self) -> dict[str, int]:
         """Watch again the processes a previous spoke process started; report those that ended."""
         adopted: dict[str, int] = {}
-        self._keeper.adopting()
+        fenced = self._keeper.adopting()  # stopped by the watchdog while no spoke ran
         for run in self._replay_journal():
             wid = run.launch.workload_id
             self._runs[wid] = run
+            if (wid, run.launch.epoch) in fenced:
+                run.stop_phase, run.stop_reason = EventPhase.PREEMPTED, "fenced"
             if run.exits is not None:
                 self._exits.adopted(run.exits)
             if any(alive(pid, wid) for pid in run.pids):
@@ -325,7 +326,7 @@ class LocalRuntime:
             await run.relay.close()
         self._end(run)
         if run.stop_phase is not None:
-            phase, reason = run.stop_phase, reason or run.stop_reason
+            phase, reason = run.stop_phase, run.stop_reason or reason
         elif exit_code == 0 and not reason:
             phase = EventPhase.SUCCEEDED
         else:

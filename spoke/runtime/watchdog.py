@@ -40,6 +40,9 @@ log_ = structlog.get_logger(__name__)
 #: How often the watchdog looks.
 POLL_S = 0.5
 _LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+#: The runs a watchdog stopped ("<workload> <epoch>" lines): a spoke that comes back reports
+#: them preempted (fenced), not failed with an unknown exit.
+FENCED_FILE = "fenced-by-watchdog.txt"
 #: The module the watchdog runs as (`python -m`), how a spoke tells its own from others'.
 MODULE = "spoke.runtime.watchdog"
 
@@ -67,15 +70,25 @@ class Keeper:
         self.pid_path = run_dir / "watchdog.pid"
         self._child: Child | None = None
 
-    def adopting(self) -> None:
-        """A spoke starts (before it adopts its runs): the previous one's watchdog goes."""
+    def adopting(self) -> set[tuple[str, int]]:
+        """A spoke starts (before it adopts its runs): the previous one's watchdog goes; the
+        runs it stopped meanwhile, (workload, epoch), are returned (and forgotten here)."""
         if self.guard is None:
-            return
+            return set()
         with contextlib.suppress(OSError, ValueError):
             pid = int(self.pid_path.read_text())
             if _is_watchdog(pid, self.journal):
                 os.kill(pid, signal.SIGKILL)
         self.pid_path.unlink(missing_ok=True)
+        fenced: set[tuple[str, int]] = set()
+        noted = self.journal.parent / FENCED_FILE
+        with contextlib.suppress(FileNotFoundError):
+            for line in noted.read_text(encoding="utf-8").splitlines():
+                wid, _, epoch = line.partition(" ")
+                if epoch.isdigit():
+                    fenced.add((wid, int(epoch)))
+            noted.unlink()
+        return fenced
 
     def fenced_run(self, env: dict[str, str]) -> None:
         """A fenced run started or was adopted: a watchdog is there to outlive the spoke."""
@@ -121,10 +134,10 @@ def _is_watchdog(pid: int, journal: Path) -> bool:
     return MODULE.encode() in argv and str(journal).encode() in argv
 
 
-def fenced_open_runs(journal: Path) -> dict[str, list[int]]:
-    """The fenced runs still open in `journal` whose processes live: workload id -> pids."""
+def fenced_open_runs(journal: Path) -> dict[str, tuple[int, list[int]]]:
+    """The fenced runs still open in `journal` whose processes live: id -> (epoch, pids)."""
     run_prefix = f"{journal.parent}{os.sep}"
-    runs: dict[str, list[int]] = {}
+    runs: dict[str, tuple[int, list[int]]] = {}
     for record in read_open(journal).values():
         try:
             if not WorkloadSpec.model_validate(record["spec"]).fenced:
@@ -138,7 +151,7 @@ def fenced_open_runs(journal: Path) -> dict[str, list[int]]:
         )
         pids = [pid for pid in pids if alive(pid, wid)]
         if pids:
-            runs[wid] = pids
+            runs[wid] = (epoch, pids)
     return runs
 
 
@@ -165,10 +178,13 @@ def watch(guard: Guard, journal: Path, alive_path: Path, parent: int) -> int:
             if wid not in stopping:
                 print(f"fencing {wid}: its spoke is gone, its lease ran out", flush=True)
                 stopping[wid] = now
-                _signal(runs[wid], signal.SIGTERM)
+                epoch, pids = runs[wid]
+                with open(journal.parent / FENCED_FILE, "a", encoding="utf-8") as noted:
+                    noted.write(f"{wid} {epoch}\n")  # before the signal: the spoke reads it
+                _signal(pids, signal.SIGTERM)
         for wid, since in stopping.items():
             if wid in runs and now - since > guard.stop_grace_s:
-                _signal(runs[wid], signal.SIGKILL)
+                _signal(runs[wid][1], signal.SIGKILL)
         time.sleep(POLL_S)
     return 0
 

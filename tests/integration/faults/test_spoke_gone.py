@@ -70,3 +70,34 @@ async def test_a_spoke_gone_for_good_stops_its_movable_work_before_it_runs_elsew
     log = (fed.root / "spokes" / "eu-1" / "runs" / "watchdog.log").read_text()
     assert f"fencing {movable}: its spoke is gone, its lease ran out" in log
     assert kept not in log
+
+
+async def test_a_spoke_back_after_its_watchdog_fenced_reports_the_work_preempted(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    """Back after its watchdog stopped its work (and before the hub gave the spoke up), the
+    spoke says the work was preempted (fenced): queued again without a restart counted, not
+    failed with an exit no one recorded."""
+    await fed.start_hub(suspect_after_s=3.0, lost_after_s=LOST_AFTER_S)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"), heartbeat_s=0.5)
+    await fed.wait_spokes(1)
+    wid = await fed.submit(
+        name="train", team="vision", command=["sleep", "300"], restart_policy="on_failure"
+    )
+    await fed.wait_phase(wid, {Phase.RUNNING})
+    assert fed.hub is not None
+    hub, heard = fed.hub, fed.hub.reports["eu-1"].seq
+    await wait_until(lambda: hub.reports["eu-1"].seq > heard + 2, 10, "eu-1 heard a while")
+    await fed.stop("eu-1")
+    log = fed.root / "spokes" / "eu-1" / "runs" / "watchdog.log"
+    await wait_until(lambda: log.exists() and wid in log.read_text(), 30, "the watchdog to fence")
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 2, "H100"), heartbeat_s=0.5)
+    await wait_until(lambda: _ran_twice(fed, wid), 30, "the job to run again")
+    record = await fed.workload(wid)
+    assert record["restarts"] == 0
+    assert record["attempts"][0]["end_reason"] == "preempted"
+
+
+async def _ran_twice(fed: InProcessFederation, wid: str) -> bool:
+    record = await fed.workload(wid)
+    return bool(record["phase"] == "running" and record["epoch"] == 2)
