@@ -121,7 +121,8 @@ class Publisher:
                 live = w.live if w is not None else None
                 if w is None or live is None:
                     continue
-                if record.decision_id == decision_id(w.id, live.epoch, "place"):
+                place = decision_id(w.id, live.epoch, "place")
+                if record.decision_id in (place, f"{place}-t{self.state.term}"):
                     w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
         self.state.counters["commands_published"] += len(decisions)
         # Marked in the transaction of the next save (under load, milliseconds away): a write
@@ -161,6 +162,36 @@ class Publisher:
         decisions = [self._in_term(d) for d in await self.state.db(self.state.store.unpublished)]
         if decisions:
             log.info("republishing_decisions", count=len(decisions), term=self.state.term)
+            await self.publish(decisions)
+
+    async def resend_places(self) -> None:
+        """Send again, under this hub's term and an id of its own, the Place of each workload
+        an earlier leader placed that has not started. A spoke that heard this term before it
+        read that leader's Place dropped it as an older term's; and where the Place's stream
+        sequence was not saved (a leader keeps it in memory until the workload's next change),
+        reconciliation could never tell it was lost from it being on its way: the workload
+        waited placed for ever. A spoke that applied the first copy drops this one (its epoch
+        is not newer); one that dropped it runs the workload."""
+        now, term = self.state.clock(), self.state.term
+        decisions = []
+        for w in self.state.workloads.values():
+            live = w.live
+            if live is None or live.started_at is not None:
+                continue
+            if w.preempting or w.cancel_requested:
+                continue
+            command = PlaceCommand(
+                decision_id=f"{decision_id(w.id, live.epoch, 'place')}-t{term}",
+                workload_id=w.id,
+                epoch=live.epoch,
+                spec=w.spec,
+                assignments=live.assignments,
+                term=term,
+            )
+            decisions.append(decision(command, live.spoke_id, now))
+        if decisions:
+            await self.state.save((), decisions)
+            log.info("places_sent_again", count=len(decisions), term=term)
             await self.publish(decisions)
 
     def _in_term(self, record: DecisionRecord) -> DecisionRecord:

@@ -172,6 +172,7 @@ class HubService(HubView):
             supervise(checkpoints(self.state, stop), "hub-checkpoints"),
         ]
         await self.publisher.republish_unpublished()
+        await self.publisher.resend_places()
         self.ready.set()
         log.info("hub_ready", workloads=len(self.workloads), spokes=len(self.spokes), term=term)
         try:
