@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
-from hub import transitions
-from hub.ids import decision_id
-from hub.publishing import decision
+from hub import publishing, transitions
 from hub.records import Cordon, DecisionRecord, WorkloadRecord
 from hub.state import HubState
-from schemas import HubLoss, PreemptCommand
+from schemas import HubLoss
 
 CORDONS_KEY = "cordons"
 
@@ -83,14 +81,7 @@ async def drain(state: HubState, spoke_id: str, cordon: Cordon) -> Drained:
                 drained.left.append((w, _stays(w)))
                 continue
             transitions.mark_preempting(w, None, why, now)
-            command = PreemptCommand(
-                decision_id=decision_id(w.id, live.epoch, "preempt"),
-                workload_id=w.id,
-                epoch=live.epoch,
-                reason=why,
-                term=state.term,
-            )
-            drained.decisions.append(decision(command, spoke_id, now))
+            drained.decisions.append(publishing.stop(w, "preempt", why, state.term, now))
             drained.requeued.append(w)
         await state.save(drained.requeued, drained.decisions)
     return drained

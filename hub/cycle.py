@@ -9,20 +9,19 @@ from operator import itemgetter
 import structlog
 
 from bus.loglines import LineThrottle
-from hub import transitions
+from hub import publishing, transitions
 from hub.authstore import AuditEntry
 from hub.core.fleet import SnapshotBuilder
 from hub.core.lifecycle import Lifecycle
 from hub.core.model import Plan, RunningWorkload, Snapshot, Workload
 from hub.core.ordering import served
 from hub.core.planstate import PlanState
-from hub.ids import decision_id
 from hub.leases import Leases
-from hub.publishing import Publisher, decision
+from hub.publishing import Publisher
 from hub.records import DecisionRecord, Records, WorkloadRecord
 from hub.state import HubState
 from hub.submissions import Taken
-from schemas import Phase, PlaceCommand, PreemptCommand
+from schemas import Phase
 
 log = structlog.get_logger(__name__)
 
@@ -303,15 +302,7 @@ class Cycle:
                 undo.claims.append(placement.workload_id)
                 self.state.claims.discard(placement.workload_id)
             transitions.place(w, placement.spoke_id, placement.assignments, now)
-            command = PlaceCommand(
-                decision_id=decision_id(w.id, w.epoch, "place"),
-                workload_id=w.id,
-                epoch=w.epoch,
-                spec=w.spec,
-                assignments=placement.assignments,
-                term=self.state.term,
-            )
-            decisions.append(decision(command, placement.spoke_id, now))
+            decisions.append(publishing.place(w, self.state.term, now))
             changed.append(w)
         for preemption in result.preemptions:
             w = workloads[preemption.workload_id]
@@ -319,14 +310,7 @@ class Cycle:
                 continue
             undo.keep(w)
             transitions.mark_preempting(w, preemption.for_workload or None, preemption.reason, now)
-            preempt = PreemptCommand(
-                decision_id=decision_id(w.id, w.epoch, "preempt"),
-                workload_id=w.id,
-                epoch=w.epoch,
-                reason=preemption.reason,
-                term=self.state.term,
-            )
-            decisions.append(decision(preempt, preemption.spoke_id, now))
+            decisions.append(publishing.stop(w, "preempt", preemption.reason, self.state.term, now))
             changed.append(w)
         explained = result.unplaced
         if applied and result.explained is not None:

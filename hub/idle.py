@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import structlog
 
+from hub import publishing
 from hub.core.idle import Activity, Watched, decide, flagged, track
 from hub.core.policy import PriorityClass
-from hub.ids import decision_id
-from hub.publishing import Publisher, decision
+from hub.publishing import Publisher
 from hub.records import DecisionRecord, WorkloadRecord
 from hub.state import HubState
-from schemas import CancelCommand, CapacityReport, Phase, WorkloadKind
+from schemas import CapacityReport, Phase, WorkloadKind
 
 log = structlog.get_logger(__name__)
 
@@ -104,19 +104,10 @@ class IdleReaper:
             ]
             for stop in decide(watched, policy.sessions, policy.idle, now):
                 w = state.workloads[stop.workload_id]
-                live = w.live
-                assert live is not None
                 w.cancel_requested = True
                 w.stop_reason, w.stop_notice = stop.reason.value, stop.message
                 w.note(now, "stopping", stop.message)
-                command = CancelCommand(
-                    decision_id=decision_id(w.id, live.epoch, "cancel"),
-                    workload_id=w.id,
-                    epoch=live.epoch,
-                    reason=stop.reason.value,
-                    term=state.term,
-                )
-                decisions.append(decision(command, live.spoke_id, now))
+                decisions.append(publishing.stop(w, "cancel", stop.reason.value, state.term, now))
                 stopped.append(w)
                 log.info("workload_idle_stop", workload=w.id, reason=stop.reason.value)
             if stopped:

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import structlog
 
@@ -21,7 +22,7 @@ from hub.core import lifecycle
 from hub.core.demand import unplaceable_demand
 from hub.core.model import Plan, Workload
 from hub.ids import decision_id
-from hub.records import DecisionRecord
+from hub.records import DecisionRecord, WorkloadRecord
 from hub.state import HubState
 from schemas import CancelCommand, PlaceCommand, PreemptCommand, burst, parse_command, subjects
 from schemas.burst import DemandReport
@@ -56,6 +57,45 @@ def decision(
         payload=command.model_dump_json().encode(),
         created_at=now,
     )
+
+
+def place(w: WorkloadRecord, term: int, now: float, *, again: bool = False) -> DecisionRecord:
+    """The Place of `w`'s live attempt, as placed (its spoke, devices and epoch). `again`: a
+    new leader's copy of an earlier leader's Place, under an id of its own (`again_id`)."""
+    live = w.live
+    assert live is not None, f"{w.id} holds no attempt to place"
+    first = decision_id(w.id, live.epoch, "place")
+    command = PlaceCommand(
+        decision_id=again_id(first, term) if again else first,
+        workload_id=w.id,
+        epoch=live.epoch,
+        spec=w.spec,
+        assignments=live.assignments,
+        term=term,
+    )
+    return decision(command, live.spoke_id, now)
+
+
+def stop(
+    w: WorkloadRecord, kind: Literal["preempt", "cancel"], reason: str, term: int, now: float
+) -> DecisionRecord:
+    """A Preempt (the work is queued again once stopped) or a Cancel of `w`'s live attempt."""
+    live = w.live
+    assert live is not None, f"{w.id} holds no attempt to stop"
+    command_type = PreemptCommand if kind == "preempt" else CancelCommand
+    command = command_type(
+        decision_id=decision_id(w.id, live.epoch, kind),
+        workload_id=w.id,
+        epoch=live.epoch,
+        reason=reason,
+        term=term,
+    )
+    return decision(command, live.spoke_id, now)
+
+
+def again_id(place_id: str, term: int) -> str:
+    """The id of a Place sent again by the leader of `term` (`Publisher.resend_places`)."""
+    return f"{place_id}-t{term}"
 
 
 def command_messages(
@@ -121,8 +161,8 @@ class Publisher:
                 live = w.live if w is not None else None
                 if w is None or live is None:
                     continue
-                place = decision_id(w.id, live.epoch, "place")
-                if record.decision_id in (place, f"{place}-t{self.state.term}"):
+                first = decision_id(w.id, live.epoch, "place")
+                if record.decision_id in (first, again_id(first, self.state.term)):
                     w.lifecycle = lifecycle.note_command_seq(w.lifecycle, live.epoch, ack.seq)
         self.state.counters["commands_published"] += len(decisions)
         # Marked in the transaction of the next save (under load, milliseconds away): a write
@@ -173,22 +213,13 @@ class Publisher:
         waited placed for ever. A spoke that applied the first copy drops this one (its epoch
         is not newer); one that dropped it runs the workload."""
         now, term = self.state.clock(), self.state.term
-        decisions = []
-        for w in self.state.workloads.values():
-            live = w.live
-            if live is None or live.started_at is not None:
-                continue
-            if w.preempting or w.cancel_requested:
-                continue
-            command = PlaceCommand(
-                decision_id=f"{decision_id(w.id, live.epoch, 'place')}-t{term}",
-                workload_id=w.id,
-                epoch=live.epoch,
-                spec=w.spec,
-                assignments=live.assignments,
-                term=term,
-            )
-            decisions.append(decision(command, live.spoke_id, now))
+        decisions = [
+            place(w, term, now, again=True)
+            for w in self.state.workloads.values()
+            if (live := w.live) is not None
+            and live.started_at is None
+            and not (w.preempting or w.cancel_requested)
+        ]
         if decisions:
             await self.state.save((), decisions)
             log.info("places_sent_again", count=len(decisions), term=term)

@@ -21,7 +21,7 @@ import yaml
 
 from bus.client import Bus
 from bus.tasks import supervise, unless_stopped
-from hub import cordons, transitions
+from hub import cordons, publishing, transitions
 from hub import reconcile as reconciliation
 from hub.authstore import AuditEntry
 from hub.checkpoints import checkpoints
@@ -32,13 +32,12 @@ from hub.cycle import Cycle, release_waiters
 from hub.errors import Conflict, HubError, InvalidPolicy, NotFound, NotLeader
 from hub.handlers import Handlers
 from hub.idle import IdleReaper
-from hub.ids import decision_id
 from hub.intake import validation_error as validation_error
 from hub.leadership import HOLDER_KEY, LEADER_URL_KEY, TERM_KEY, Leadership
 from hub.leases import Leases
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
 from hub.ports import Store
-from hub.publishing import Publisher, decision
+from hub.publishing import Publisher
 from hub.queries import HubView
 from hub.records import Cordon, DecisionRecord, Records, WorkloadRecord
 from hub.retention import not_found, sweep_ended
@@ -47,7 +46,6 @@ from hub.settings import HubSettings
 from hub.state import HubState
 from hub.submissions import Submissions
 from schemas import (
-    CancelCommand,
     SyncReply,
     SyncRequest,
     WorkloadSpec,
@@ -368,14 +366,9 @@ class HubService(HubView):
             elif not record.cancel_requested:
                 record.cancel_requested = True
                 record.note(now, "cancel_requested")
-                command = CancelCommand(
-                    decision_id=decision_id(record.id, live.epoch, "cancel"),
-                    workload_id=record.id,
-                    epoch=live.epoch,
-                    reason="cancelled by user",
-                    term=self.state.term,
+                decisions.append(
+                    publishing.stop(record, "cancel", "cancelled by user", self.state.term, now)
                 )
-                decisions.append(decision(command, live.spoke_id, now))
             await self.state.save([record], decisions)
         await self.publisher.publish(decisions)
         log.info("workload_cancel", workload=workload_id, phase=record.phase.value)
