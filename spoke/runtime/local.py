@@ -30,7 +30,7 @@ from spoke.runtime.retention import Keep
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
-from spoke.runtime.watchdog import Guard, Keeper
+from spoke.runtime.watchdog import Guard, keeper
 from spoke.runtime.wrapper import INHERITED_ENV, WRAPPER, WRAPPER_LOGGED, environment
 
 log = structlog.get_logger(__name__)
@@ -93,7 +93,7 @@ class LocalRuntime:
         self._runs: dict[str, _Run] = {}
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
         # Outlives the spoke to fence its movable work (spoke.runtime.watchdog).
-        self._keeper = Keeper(guard, self.run_dir, self._journal.path)
+        self._keeper = keeper(guard, self.run_dir, self._journal.path)
         self._exits = ExitLog(self.run_dir)
         # An ended workload's log, workspace and load file: kept by `keep`, then removed.
         self.leftovers = Leftovers(

@@ -58,12 +58,30 @@ class Guard:
     fence_after_s: float | None = None
 
 
+def keeper(guard: Guard | None, run_dir: Path, journal: Path) -> Keeper | Unguarded:
+    """The local runtime's keeper of its watchdog: none without a `guard` (a runtime made
+    without a spoke's settings, as in tests of the runtime alone)."""
+    return Unguarded() if guard is None else Keeper(guard, run_dir, journal)
+
+
+class Unguarded:
+    """A runtime without a watchdog: nothing outlives its spoke."""
+
+    def adopting(self) -> set[tuple[str, int]]:
+        return set()
+
+    def fenced_run(self, env: dict[str, str]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Keeper:
     """The local runtime's side: starts the watchdog, keeps the `alive` marker, and stops a
-    watchdog an earlier spoke process left (files in `run_dir`). Without a `guard` (a runtime
-    made without a spoke's settings) it does nothing."""
+    watchdog an earlier spoke process left (files in `run_dir`)."""
 
-    def __init__(self, guard: Guard | None, run_dir: Path, journal: Path) -> None:
+    def __init__(self, guard: Guard, run_dir: Path, journal: Path) -> None:
         self.guard = guard
         self.journal = journal
         self.alive_path = run_dir / "spoke.alive"
@@ -73,8 +91,6 @@ class Keeper:
     def adopting(self) -> set[tuple[str, int]]:
         """A spoke starts (before it adopts its runs): the previous one's watchdog goes; the
         runs it stopped meanwhile, (workload, epoch), are returned (and forgotten here)."""
-        if self.guard is None:
-            return set()
         with contextlib.suppress(OSError, ValueError):
             pid = int(self.pid_path.read_text())
             if _is_watchdog(pid, self.journal):
@@ -93,7 +109,7 @@ class Keeper:
     def fenced_run(self, env: dict[str, str]) -> None:
         """A fenced run started or was adopted: a watchdog is there to outlive the spoke."""
         g = self.guard
-        if g is None or (self._child is not None and self._child.returncode is None):
+        if self._child is not None and self._child.returncode is None:
             return
         self.alive_path.touch()
         after = "-" if g.fence_after_s is None else repr(g.fence_after_s)
@@ -118,8 +134,6 @@ class Keeper:
 
     def close(self) -> None:
         """The spoke stops: its watchdog takes over (the marker goes; the process runs on)."""
-        if self.guard is None:
-            return
         self.alive_path.unlink(missing_ok=True)
         if self._child is not None:
             self._child.detach()
