@@ -126,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="s an ended workload stays in the store and in usage reports (90 days)",
     )
+    hub.add_argument(
+        "--audit-refusals",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refusals alike (one caller, action, team and result) audited one by one a "
+        "minute; the rest counted in one entry (10; 0: every one)",
+    )
     hub.set_defaults(func=_hub, parser=hub)
 
     add_spoke_command(sub)
@@ -187,7 +195,8 @@ def _hub(args: argparse.Namespace) -> int:
     try:
         settings = _hub_settings(args)
     except ValidationError as exc:  # a setting refused: named by its flag
-        print(f"gpufed hub: {refused_settings(exc, args.parser, {})}", file=sys.stderr)
+        renamed = {"audit_refusals_listed": "audit_refusals"}
+        print(f"gpufed hub: {refused_settings(exc, args.parser, renamed)}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"gpufed hub: {exc}", file=sys.stderr)
@@ -228,7 +237,7 @@ def _hub_settings(args: argparse.Namespace) -> HubSettings:
         admin_token=admin_token or os.environ.get("GPUFED_ADMIN_TOKEN") or None,
         oidc_config=args.oidc_config,
         event_domains=tuple(args.event_domain),
-        **given(keep_ended_s=args.keep_ended),
+        **given(keep_ended_s=args.keep_ended, audit_refusals_listed=args.audit_refusals),
     )
 
 

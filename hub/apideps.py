@@ -10,8 +10,9 @@ from starlette.requests import HTTPConnection
 
 from hub.audit import Auditor
 from hub.auth import Authenticator
-from hub.authstore import AuthStore
+from hub.authstore import AuditEntry, AuthStore
 from hub.core.access import Principal
+from hub.core.refusals import RefusalThrottle
 from hub.oidc import OidcSettings, OidcVerifier
 from hub.service import HubService
 
@@ -33,7 +34,9 @@ class ApiSecurity:
         self.authenticator = authenticator or Authenticator(
             self.store, hub.db, hub.clock, admin_token=hub.settings.admin_token, oidc=oidc
         )
-        self.auditor = Auditor(self.store, hub.db, hub.clock)
+        listed, window_s = hub.settings.audit_refusals_listed, hub.settings.audit_refusals_window_s
+        refusals = RefusalThrottle[AuditEntry](listed, window_s) if listed else None
+        self.auditor = Auditor(self.store, hub.db, hub.clock, refusals)
 
 
 def security(request: HTTPConnection) -> ApiSecurity:

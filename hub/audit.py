@@ -2,6 +2,11 @@
 
 Appended by the API (submit, cancel, policy set, token create and revoke, refused or not) and
 by the hub when burst reports a launch or a termination. Entries are never changed or deleted.
+
+Refusals alike (one caller, one action, one team, one result) are listed one by one up to
+`hub.core.refusals.LISTED` a minute; past that they are counted in one entry when the minute
+ends, naming a few targets: any valid token can ask for refusals as fast as the hub answers,
+and the log must not grow with them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import structlog
 
 from hub.authstore import AuditEntry, AuthStore
 from hub.core.access import Principal
+from hub.core.refusals import Held, RefusalThrottle
 from schemas import WorkloadSpec
 
 log = structlog.get_logger(__name__)
@@ -39,16 +45,23 @@ class Auditor:
 
     Entries group-commit: those recorded while a write runs go together in the next
     transaction, so a burst of submissions costs a transaction per burst, not per entry.
+    Refusals pass `refusals` first (None: every one is listed); `close` writes what it holds.
     """
 
     def __init__(
-        self, store: AuthStore, db: Callable[..., Awaitable[Any]], clock: Callable[[], float]
+        self,
+        store: AuthStore,
+        db: Callable[..., Awaitable[Any]],
+        clock: Callable[[], float],
+        refusals: RefusalThrottle[AuditEntry] | None = None,
     ) -> None:
         self.store = store
         self._db = db
         self._clock = clock
         self._waiting: list[tuple[AuditEntry, asyncio.Future[bool]]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._refusals = refusals
+        self._summaries: asyncio.Task[None] | None = None
 
     async def record(
         self, principal: Principal | None, action: str, **fields: Unpack[EntryFields]
@@ -85,7 +98,49 @@ class Auditor:
         await self.append_all([entry])
 
     async def append_all(self, entries: Sequence[AuditEntry]) -> None:
-        """Append entries made here, written together; as `record`, a failure is only logged."""
+        """Append entries made here, written together; as `record`, a failure is only logged.
+        Refusals alike past the throttle's first few are counted instead (see the module)."""
+        refusals = self._refusals
+        if refusals is not None and any(e.result != "ok" for e in entries):
+            entries = [
+                e
+                for e in entries
+                if e.result == "ok" or refusals.admit(_alike(e), e, e.target, e.at)
+            ]
+            if self._summaries is None or self._summaries.done():
+                self._summaries = asyncio.create_task(self._summarise(), name="hub-audit-alike")
+        await self._write(entries)
+
+    async def close(self) -> None:
+        """At a stop: the counts of refusals held so far are written now."""
+        if self._refusals is None:
+            return
+        if self._summaries is not None:
+            self._summaries.cancel()
+        await self._write(self._summed(self._refusals.flush()))
+
+    async def _summarise(self) -> None:
+        """While refusals' windows are open: each one's summary once it ends."""
+        assert self._refusals is not None
+        while (due := self._refusals.next_due()) is not None:
+            await asyncio.sleep(max(0.0, due - self._clock()))
+            await self._write(self._summed(self._refusals.due(self._clock())))
+
+    def _summed(self, held: Sequence[Held[AuditEntry]]) -> list[AuditEntry]:
+        assert self._refusals is not None
+        window_s = self._refusals.window_s
+        return [
+            h.first.model_copy(
+                update={
+                    "at": h.last_at,
+                    "target": "",
+                    "detail": h.describe(h.first.result, window_s)[:MAX_DETAIL],
+                }
+            )
+            for h in held
+        ]
+
+    async def _write(self, entries: Sequence[AuditEntry]) -> None:
         loop = asyncio.get_running_loop()
         waits: list[asyncio.Future[bool]] = []
         for entry in entries:
@@ -135,6 +190,11 @@ class Auditor:
     async def nats_submit(self, spec: WorkloadSpec, workload_id: str | None, result: str) -> None:
         """Audit a submission that came over NATS."""
         await self.append(self.nats_entry(spec, workload_id, result))
+
+
+def _alike(e: AuditEntry) -> tuple[str, str, str, str, str | None, str]:
+    """What makes refusals alike: who (and how authenticated), the action, team and result."""
+    return (e.actor, e.via, e.role, e.action, e.team, e.result)
 
 
 def log_written(entries: Sequence[AuditEntry], unlisted: int = 0) -> None:

@@ -6,6 +6,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from hub.core.refusals import LISTED as REFUSALS_LISTED
+from hub.core.refusals import WINDOW_S as REFUSALS_WINDOW_S
+
 #: How long an ended workload stays in the store by default (`hub.retention`).
 KEEP_ENDED_S = 90 * 24 * 3600.0
 
@@ -61,6 +64,13 @@ class HubSettings(BaseModel):
     sweep_ended_every_s: float = Field(
         default=60.0, gt=0, description="How often the leader removes what is past its keep."
     )
+    audit_refusals_listed: int = Field(
+        default=REFUSALS_LISTED,
+        ge=0,
+        description="Refusals alike (one caller, action, team and result) audited one by one "
+        "per window; the rest are counted in one entry as it ends (0: every one listed).",
+    )
+    audit_refusals_window_s: float = Field(default=REFUSALS_WINDOW_S, gt=0)
     drain_s: int = Field(
         default=10,
         ge=0,

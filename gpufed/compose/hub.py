@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,6 +162,8 @@ async def _serve(settings: HubSettings, stop: asyncio.Event) -> None:
     stop.set()
     server.should_exit = True
     await asyncio.gather(hub_task, api_task, spend_task, return_exceptions=True)
+    with contextlib.suppress(Exception):  # counts of refusals held: written, or logged
+        await hub.security.auditor.close()
     hub.store.close()
     for task in done:
         if task.exception() is not None:

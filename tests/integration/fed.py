@@ -225,6 +225,8 @@ class InProcessFederation:
             await self.stop("hub")
         if self.api is not None:
             await self.api.aclose()
+        if self.app is not None:  # as `gpufed hub` stops: the counts of refusals held
+            await self.app.state.security.auditor.close()
         if self.hub is not None:
             self.hub.store.close()
         # Spokes leave their workloads running for a restarted spoke to adopt; none will come.

@@ -25,6 +25,17 @@ def test_a_keep_of_zero_is_refused_naming_the_flag(capsys: pytest.CaptureFixture
     assert capsys.readouterr().err == "gpufed hub: --keep-ended: Input should be greater than 0\n"
 
 
+def test_audit_refusals_lists_ten_alike_a_minute_unless_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _settings().audit_refusals_listed == 10
+    assert _settings("--audit-refusals", "0").audit_refusals_listed == 0  # every one listed
+    assert cli.main(["hub", "--audit-refusals", "-1"]) == 1
+    assert capsys.readouterr().err == (
+        "gpufed hub: --audit-refusals: Input should be greater than or equal to 0\n"
+    )
+
+
 def test_bad_spoke_settings_are_each_named_by_their_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
