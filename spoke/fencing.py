@@ -18,6 +18,7 @@ import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -35,6 +36,26 @@ MARGIN_HEARTBEATS = 3
 def fence_file(workdir: Path) -> Path:
     """Where a spoke keeps its fence state (its watchdog reads it too)."""
     return workdir / "fence.json"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What a runtime needs to apply the spoke's rule without the spoke (a local watchdog, a
+    Slurm job's lease): where its fence state is, and the rule's figures."""
+
+    fence_path: Path
+    heartbeat_s: float
+    stop_grace_s: float
+    fence_after_s: float | None = None
+
+    def read(self) -> Fence:
+        """The spoke's fence state as last saved."""
+        return Fence(
+            self.fence_path,
+            heartbeat_s=self.heartbeat_s,
+            stop_grace_s=self.stop_grace_s,
+            fence_after_s=self.fence_after_s,
+        )
 
 
 class Fence:
@@ -113,10 +134,16 @@ class Fence:
         derived = max(2 * self.heartbeat_s, self.lost_after_s - margin)
         return derived if self.limit_s is None else min(self.limit_s, derived)
 
+    def deadline(self) -> float | None:
+        """When movable work stops unless the hub is heard before: heard_at + fence_after
+        (None: the hub never heard, nothing to fence)."""
+        after = self.fence_after_s
+        return None if self.heard_at is None or after is None else self.heard_at + after
+
     def overdue(self, now: float) -> bool:
         """Whether the hub has not been heard for fence_after."""
-        after = self.fence_after_s
-        return self.heard_at is not None and after is not None and now - self.heard_at > after
+        deadline = self.deadline()
+        return deadline is not None and now > deadline
 
     def to_stop(self, running: Iterable[str], now: float) -> list[str]:
         """Running workloads to stop now (each once per silence); none while the hub is heard."""

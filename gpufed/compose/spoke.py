@@ -18,7 +18,7 @@ from gpufed.compose.signals import stop_on_signals
 from gpufed.dirlock import FolderLock
 from spoke.agent import SpokeAgent
 from spoke.errors import PermanentSpokeError
-from spoke.fencing import fence_file
+from spoke.fencing import Guard, fence_file
 from spoke.ports import EventSink, Inventory, Runtime
 from spoke.runtime.retention import Keep
 from spoke.settings import SpokeSettings
@@ -113,18 +113,12 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
     if settings.runtime == "local":
         from spoke.runtime.local import LocalRuntime
         from spoke.runtime.runas import RunAs
-        from spoke.runtime.watchdog import Guard
 
         log_dir = settings.workdir / "logs"
         host, url_host = settings.expose_host, settings.expose_url_host
         run_as = RunAs.resolve(settings.run_as) if settings.run_as else None
         keep = Keep(settings.keep_ended_s, settings.keep_ended)
-        guard = Guard(
-            fence_file(settings.workdir),
-            heartbeat_s=settings.heartbeat_s,
-            stop_grace_s=settings.stop_grace_s,
-            fence_after_s=settings.fence_after_s,
-        )
+        guard = _guard(settings)
         return lambda sink: LocalRuntime(
             sink, log_dir, expose_host=host, url_host=url_host, run_as=run_as, keep=keep,
             guard=guard,
@@ -145,9 +139,22 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
         site = SiteOptions(settings.slurm_partition, settings.slurm_account, settings.slurm_qos)
         cli, logs = SlurmCli(), settings.workdir / "logs"
         keep = Keep(settings.keep_ended_s, settings.keep_ended)
-        return lambda sink: SlurmRuntime(cli, sink, settings.id, logs, site=site, keep=keep)
+        guard = _guard(settings)
+        return lambda sink: SlurmRuntime(
+            cli, sink, settings.id, logs, site=site, keep=keep, guard=guard
+        )
     raise PermanentSpokeError(
         f"unknown runtime {settings.runtime!r}: use local, kubernetes or slurm"
+    )
+
+
+def _guard(settings: SpokeSettings) -> Guard:
+    """The spoke's fence rule, for a runtime to apply with the spoke gone."""
+    return Guard(
+        fence_file(settings.workdir),
+        heartbeat_s=settings.heartbeat_s,
+        stop_grace_s=settings.stop_grace_s,
+        fence_after_s=settings.fence_after_s,
     )
 
 

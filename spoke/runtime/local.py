@@ -21,6 +21,7 @@ import structlog
 from bus.ports import free_port
 from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
+from spoke.fencing import Guard
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
 from spoke.relay import PortRelay
 from spoke.runtime.exitlog import ExitLog
@@ -30,7 +31,7 @@ from spoke.runtime.retention import Keep
 from spoke.runtime.runas import RunAs
 from spoke.runtime.runjournal import RunJournal
 from spoke.runtime.spawn import Child, spawn, spawn_as
-from spoke.runtime.watchdog import Guard, keeper
+from spoke.runtime.watchdog import keeper
 from spoke.runtime.wrapper import INHERITED_ENV, WRAPPER, WRAPPER_LOGGED, environment
 
 log = structlog.get_logger(__name__)
@@ -88,8 +89,7 @@ class LocalRuntime:
         self.url_host = url_host or expose_host
         self.log_dir = log_dir
         self.run_dir = run_dir or log_dir.parent / "runs"
-        # Where workloads may report their simulated GPU load (spoke.telemetry).
-        self.load_dir = load_dir or log_dir.parent / "load"
+        self.load_dir = load_dir or log_dir.parent / "load"  # simulated GPU load (telemetry)
         self._runs: dict[str, _Run] = {}
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
         # Outlives the spoke to fence its movable work (spoke.runtime.watchdog).

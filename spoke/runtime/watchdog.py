@@ -24,13 +24,12 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from schemas import WorkloadSpec
-from spoke.fencing import Fence
+from spoke.fencing import Guard
 from spoke.runtime.processes import alive, exit_file, find_wrappers
 from spoke.runtime.runjournal import read_open
 from spoke.runtime.spawn import Child, spawn
@@ -45,17 +44,6 @@ _LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 FENCED_FILE = "fenced-by-watchdog.txt"
 #: The module the watchdog runs as (`python -m`), how a spoke tells its own from others'.
 MODULE = "spoke.runtime.watchdog"
-
-
-@dataclass(frozen=True)
-class Guard:
-    """The spoke's settings its watchdog needs: where its fence state is, and the rule's
-    figures (`spoke.fencing.Fence`)."""
-
-    fence_path: Path
-    heartbeat_s: float
-    stop_grace_s: float
-    fence_after_s: float | None = None
 
 
 def keeper(guard: Guard | None, run_dir: Path, journal: Path) -> Keeper | Unguarded:
@@ -182,13 +170,7 @@ def watch(guard: Guard, journal: Path, alive_path: Path, parent: int) -> int:
         now = time.time()
         # The spoke's rule over its state as it left it (read each time: a spoke that came
         # back and went again may have heard the hub since).
-        fence = Fence(
-            guard.fence_path,
-            heartbeat_s=guard.heartbeat_s,
-            stop_grace_s=guard.stop_grace_s,
-            fence_after_s=guard.fence_after_s,
-        )
-        for wid in fence.to_stop(runs, now):
+        for wid in guard.read().to_stop(runs, now):
             if wid not in stopping:
                 print(f"fencing {wid}: its spoke is gone, its lease ran out", flush=True)
                 stopping[wid] = now

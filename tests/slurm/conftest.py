@@ -7,10 +7,12 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 from schemas import Assignment, EventPhase, WorkloadSpec
+from spoke.fencing import Guard
 from spoke.ports import Launch, RuntimeEvent
 from spoke.runtime.slurm import SlurmRuntime
 from tests.slurm.cluster import SlurmCluster, why_not_runnable
@@ -112,17 +114,23 @@ def events() -> EventLog:
     return EventLog()
 
 
+class MakeRuntime(Protocol):
+    def __call__(self, sink: EventLog, guard: Guard | None = None) -> SlurmRuntime: ...
+
+
 @pytest.fixture
 async def make_runtime(
     slurm_cluster: SlurmCluster, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Callable[[EventLog], SlurmRuntime]]:
-    """Build runtimes of one spoke (several for restart tests), sharing its log and run dirs;
-    all closed at the end, and any job the test left behind is cancelled."""
+) -> AsyncIterator[MakeRuntime]:
+    """Build runtimes of one spoke (several for restart tests), sharing its log and run dirs
+    (`guard`: the spoke's fence rule, for its fenced jobs' lease); all closed at the end, and
+    any job the test left behind is cancelled."""
     spoke_id = f"t-{request.node.name.removeprefix('test_')[:40]}".replace("_", "-")
     made: list[SlurmRuntime] = []
 
-    def make(sink: EventLog) -> SlurmRuntime:
-        runtime = SlurmRuntime(slurm_cluster.cli(), sink, spoke_id, tmp_path / "logs", poll_s=0.2)
+    def make(sink: EventLog, guard: Guard | None = None) -> SlurmRuntime:
+        logs = tmp_path / "logs"
+        runtime = SlurmRuntime(slurm_cluster.cli(), sink, spoke_id, logs, poll_s=0.2, guard=guard)
         made.append(runtime)
         return runtime
 

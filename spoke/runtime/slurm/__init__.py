@@ -8,7 +8,8 @@ them. Status comes from `squeue` and `scontrol show job` (accounting through slu
 needed); cancel and preempt use `scancel` (SIGTERM to the tasks, SIGKILL after the grace).
 
 Modules: `runtime` (SlurmRuntime), `jobs` (the sbatch options, script and environment of a
-launch), `status` (what a job state means), `record` (submitted jobs and reported ends). The
+launch), `status` (what a job state means), `record` (submitted jobs and reported ends),
+`lease` (a fenced job stops itself once the spoke's lease runs out, spoke or no spoke). The
 Slurm commands and the parsers of their output, shared with the inventory, are `spoke.slurm`.
 """
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from spoke.errors import PermanentSpokeError
 from spoke.ports import Launch
+from spoke.runtime.slurm.lease import JobLease
 from spoke.slurm.parse import POOL_SEPARATOR, job_comment
 
 #: Variables a workload may not set: sbatch and srun read them as options (a partition, an
@@ -68,8 +69,10 @@ def build_batch_job(
     workdir: Path,
     site: SiteOptions,
     base_environment: Mapping[str, str],
+    lease: JobLease | None = None,
 ) -> BatchJob:
-    """The batch job for one launch. Raises PermanentSpokeError for what it cannot express."""
+    """The batch job for one launch (`lease`: a fenced one's, see lease.py). Raises
+    PermanentSpokeError for what it cannot express."""
     spec = launch.spec
     hosts, gres = placement(launch)
     name = job_name_for(launch.workload_id, launch.epoch)
@@ -101,7 +104,7 @@ def build_batch_job(
         name=name,
         comment=comment,
         options=tuple(options),
-        script=batch_script(launch, exit_path),
+        script=batch_script(launch, exit_path, lease),
         environment=job_environment(launch, base_environment),
     )
 
@@ -142,8 +145,9 @@ def placement(launch: Launch) -> tuple[list[str], str]:
     return hosts, f"gpu:{gpu_type}:{count}" if gpu_type else f"gpu:{count}"
 
 
-def batch_script(launch: Launch, exit_path: Path) -> str:
-    """The batch script: one srun task per node, then the exit status into `exit_path`."""
+def batch_script(launch: Launch, exit_path: Path, lease: JobLease | None = None) -> str:
+    """The batch script: one srun task per node, then the exit status into `exit_path`. With a
+    `lease`, the srun runs beside a watcher that stops it once the lease runs out."""
     nodes = launch.spec.nodes
     srun = [
         "srun",
@@ -157,12 +161,13 @@ def batch_script(launch: Launch, exit_path: Path) -> str:
         "gpufed-task",
         *launch.spec.command,
     ]
+    run = [shlex.join(srun), "code=$?"] if lease is None else [shlex.join(srun) + " &"]
     return "\n".join(
         [
             "#!/bin/sh",
             f"# gpufed workload {launch.workload_id}, epoch {launch.epoch}",
-            shlex.join(srun),
-            "code=$?",
+            *run,
+            *(lease.watcher() if lease is not None else ()),
             f'echo "$code" > {shlex.quote(str(exit_path))}',
             'exit "$code"',
             "",

@@ -19,12 +19,14 @@ import structlog
 
 from schemas import EventPhase, RuntimeCapabilities, WorkloadKind
 from spoke.errors import PermanentSpokeError, SpokeError
+from spoke.fencing import Guard
 from spoke.journal import FINISHED_KEPT
 from spoke.ports import EventSink, Launch, RuntimeEvent
 from spoke.runtime.leftovers import Leftovers, log_name
 from spoke.runtime.processes import end_reason
 from spoke.runtime.retention import Keep
 from spoke.runtime.slurm.jobs import SiteOptions, build_batch_job
+from spoke.runtime.slurm.lease import LeaseFile
 from spoke.runtime.slurm.record import JobRecord, Submitted
 from spoke.runtime.slurm.status import (
     RUNNING_STATES,
@@ -76,6 +78,7 @@ class SlurmRuntime:
         site: SiteOptions | None = None,
         poll_s: float = 1.0,
         keep: Keep | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self._cli = cli
         self._sink = sink
@@ -91,6 +94,8 @@ class SlurmRuntime:
         self._record = JobRecord(self.run_dir / "slurm-jobs.jsonl")
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # Fenced jobs stop themselves once the lease runs out, even with the spoke gone (lease.py).
+        self._lease = LeaseFile(guard, self.run_dir) if guard is not None else None
 
     # -- the Runtime port -------------------------------------------------------------------
 
@@ -115,6 +120,10 @@ class SlurmRuntime:
                 known, 0.0, EventPhase.CANCELLED, "stale_epoch", f"replaced by epoch {launch.epoch}"
             )
         exit_path = self._exit_path(launch.workload_id, launch.epoch)
+        fenced_path = exit_path.with_suffix(".fenced")
+        lease = None
+        if self._lease is not None and launch.spec.fenced:
+            lease = self._lease.job(fenced_path)
         job = build_batch_job(
             launch,
             spoke_id=self.spoke_id,
@@ -123,10 +132,12 @@ class SlurmRuntime:
             workdir=self.run_dir,
             site=self._site,
             base_environment=self._cli.environment,
+            lease=lease,
         )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         exit_path.unlink(missing_ok=True)
+        fenced_path.unlink(missing_ok=True)
         job_id = await self._cli.submit(job.options, job.script, job.environment)
         self._jobs[launch.workload_id] = _Job(launch.workload_id, launch.epoch, job_id)
         self._done.pop(launch.workload_id, None)
@@ -240,6 +251,8 @@ class SlurmRuntime:
         active = [t for t in self._jobs.values() if not t.done]
         if not active:
             return
+        if self._lease is not None:
+            self._lease.refresh()
         rows = {row.job_id: row for row in await self._cli.queue()}
         for tracked in active:
             if not tracked.done:
@@ -319,6 +332,13 @@ class SlurmRuntime:
             )
         elif tracked.forced is not None:
             outcome = tracked.forced
+        elif self._exit_path(tracked.workload_id, tracked.epoch).with_suffix(".fenced").exists():
+            outcome = Outcome(
+                EventPhase.PREEMPTED,
+                "fenced",
+                exit_code,
+                "stopped by its lease: the spoke had not heard the hub for fence_after",
+            )
         elif state == "UNKNOWN":
             outcome = Outcome(
                 EventPhase.FAILED if exit_code != 0 else EventPhase.SUCCEEDED,
@@ -357,7 +377,9 @@ class SlurmRuntime:
             tracked, Outcome(outcome.phase, outcome.reason, outcome.exit_code, message)
         )
         self._record.ended(tracked.workload_id, tracked.epoch)
-        self._exit_path(tracked.workload_id, tracked.epoch).unlink(missing_ok=True)
+        exit_path = self._exit_path(tracked.workload_id, tracked.epoch)
+        exit_path.unlink(missing_ok=True)
+        exit_path.with_suffix(".fenced").unlink(missing_ok=True)
         tracked.ended.set()
         self.leftovers.ended(tracked.workload_id, tracked.epoch)
         self._forget_done(tracked.workload_id)
