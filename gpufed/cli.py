@@ -134,6 +134,17 @@ def _parser() -> argparse.ArgumentParser:
         help="refusals alike (one caller, action, team and result) audited one by one a "
         "minute; the rest counted in one entry (10; 0: every one)",
     )
+    hub.add_argument(
+        "--api-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="API requests a second each caller may make, sustained, past --api-burst at once "
+        "(20; admins are not limited; 0: no limit): 429 with Retry-After beyond",
+    )
+    hub.add_argument(
+        "--api-burst", type=int, default=None, metavar="N", help="API requests at once (200)"
+    )
     hub.set_defaults(func=_hub, parser=hub)
 
     add_spoke_command(sub)
@@ -195,7 +206,7 @@ def _hub(args: argparse.Namespace) -> int:
     try:
         settings = _hub_settings(args)
     except ValidationError as exc:  # a setting refused: named by its flag
-        renamed = {"audit_refusals_listed": "audit_refusals"}
+        renamed = {"audit_refusals_listed": "audit_refusals", "api_rate_per_s": "api_rate"}
         print(f"gpufed hub: {refused_settings(exc, args.parser, renamed)}", file=sys.stderr)
         return 1
     except ValueError as exc:
@@ -237,7 +248,12 @@ def _hub_settings(args: argparse.Namespace) -> HubSettings:
         admin_token=admin_token or os.environ.get("GPUFED_ADMIN_TOKEN") or None,
         oidc_config=args.oidc_config,
         event_domains=tuple(args.event_domain),
-        **given(keep_ended_s=args.keep_ended, audit_refusals_listed=args.audit_refusals),
+        **given(
+            keep_ended_s=args.keep_ended,
+            audit_refusals_listed=args.audit_refusals,
+            api_rate_per_s=args.api_rate,
+            api_burst=args.api_burst,
+        ),
     )
 
 

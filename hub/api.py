@@ -8,6 +8,7 @@ Request and response bodies are typed (`hub.apimodels`), so /openapi.json carrie
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -41,6 +42,7 @@ from hub.errors import (
     InvalidWorkload,
     NotFound,
     NotLeader,
+    RateLimited,
     TooMany,
     Unauthenticated,
     Unavailable,
@@ -72,6 +74,7 @@ _STATUS = {
     Forbidden: 403,
     Unavailable: 503,
     TooMany: 429,
+    RateLimited: 429,
     NotLeader: 503,  # a standby: the same request to the leader works
 }
 
@@ -112,7 +115,10 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
     @app.exception_handler(HubError)
     async def _hub_error(_request: Request, exc: HubError) -> JSONResponse:
         status = _STATUS.get(type(exc), 400)
-        return _error(status, exc.code, exc.message, exc.field, exc.retryable)
+        response = _error(status, exc.code, exc.message, exc.field, exc.retryable)
+        if isinstance(exc, RateLimited):  # whole seconds, at least one (RFC 9110)
+            response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -12,7 +12,9 @@ from hub.audit import Auditor
 from hub.auth import Authenticator
 from hub.authstore import AuditEntry, AuthStore
 from hub.core.access import Principal
+from hub.core.ratelimit import RateLimits
 from hub.core.refusals import RefusalThrottle
+from hub.errors import RateLimited
 from hub.oidc import OidcSettings, OidcVerifier
 from hub.service import HubService
 
@@ -37,6 +39,23 @@ class ApiSecurity:
         listed, window_s = hub.settings.audit_refusals_listed, hub.settings.audit_refusals_window_s
         refusals = RefusalThrottle[AuditEntry](listed, window_s) if listed else None
         self.auditor = Auditor(self.store, hub.db, hub.clock, refusals)
+        rate, burst = hub.settings.api_rate_per_s, hub.settings.api_burst
+        # Requests per caller (admins are not limited): None when the hub is told not to.
+        self.limits = RateLimits(rate, burst) if rate > 0 else None
+
+    def admit(self, who: Principal) -> None:
+        """Raise RateLimited when `who` has made more requests than its rate allows."""
+        if self.limits is None or who.admin:
+            return
+        wait = self.limits.take((who.user, who.via), self.clock())
+        if wait > 0:
+            limits = self.limits
+            raise RateLimited(
+                f"{who.user} made more than {limits.burst} requests at once or "
+                f"{limits.rate_per_s:g} a second; try again in {wait:.1f} s (a batch, "
+                "POST /v1/workloads:batch, submits up to 10,000 workloads as one request)",
+                retry_after_s=wait,
+            )
 
 
 def security(request: HTTPConnection) -> ApiSecurity:
@@ -49,8 +68,12 @@ async def current_principal(
     request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Principal:
-    """The authenticated caller; raises Unauthenticated (401) without a valid bearer token."""
-    return await security(request).authenticator.authenticate(authorization)
+    """The authenticated caller; raises Unauthenticated (401) without a valid bearer token,
+    RateLimited (429) past its rate of requests."""
+    sec = security(request)
+    who = await sec.authenticator.authenticate(authorization)
+    sec.admit(who)
+    return who
 
 
 Caller = Annotated[Principal, Depends(current_principal)]

@@ -64,3 +64,13 @@ class TooMany(HubError):
 
     code = "too_many_queued"
     retryable = True
+
+
+class RateLimited(TooMany):
+    """The caller made more requests than its rate allows (429, with Retry-After)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from hub.core.ratelimit import BURST, RATE_PER_S
 from hub.core.refusals import LISTED as REFUSALS_LISTED
 from hub.core.refusals import WINDOW_S as REFUSALS_WINDOW_S
 
@@ -71,6 +72,15 @@ class HubSettings(BaseModel):
         "per window; the rest are counted in one entry as it ends (0: every one listed).",
     )
     audit_refusals_window_s: float = Field(default=REFUSALS_WINDOW_S, gt=0)
+    api_rate_per_s: float = Field(
+        default=RATE_PER_S,
+        ge=0,
+        description="API requests a second each caller may make, sustained (admins are not "
+        "limited; 0: no limit).",
+    )
+    api_burst: int = Field(
+        default=BURST, ge=1, description="API requests a caller may make at once."
+    )
     drain_s: int = Field(
         default=10,
         ge=0,

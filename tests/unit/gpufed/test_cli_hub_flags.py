@@ -36,6 +36,20 @@ def test_audit_refusals_lists_ten_alike_a_minute_unless_told(
     )
 
 
+def test_api_rate_limits_twenty_a_second_and_two_hundred_at_once_unless_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    defaults = _settings()
+    assert (defaults.api_rate_per_s, defaults.api_burst) == (20.0, 200)
+    told = _settings("--api-rate", "0", "--api-burst", "50")
+    assert (told.api_rate_per_s, told.api_burst) == (0.0, 50)  # 0: no limit
+    assert cli.main(["hub", "--api-rate", "-1", "--api-burst", "0"]) == 1
+    assert capsys.readouterr().err == (
+        "gpufed hub: --api-rate: Input should be greater than or equal to 0; "
+        "--api-burst: Input should be greater than or equal to 1\n"
+    )
+
+
 def test_bad_spoke_settings_are_each_named_by_their_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
