@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,10 @@ import httpx
 DEFAULT_API = "http://127.0.0.1:8080"
 #: Where `gpufed up` (default --data-dir) writes its admin token.
 DEFAULT_TOKEN_FILE = Path(".gpufed/admin.token")
+#: A request refused for the caller's rate (429 rate_limited) is sent again after the wait
+#: the hub names, this many times at most, when that wait is at most RATE_WAIT_MAX_S.
+RATE_WAITS = 10
+RATE_WAIT_MAX_S = 10.0
 
 
 def default_token() -> str | None:
@@ -42,8 +47,10 @@ class HubClient:
     """The hub's REST API. `base_url` (default $GPUFED_API) may list several hub replicas,
     comma-separated: requests go to the one that answered last; when it cannot be reached, or
     it is a standby refusing a write (503 not_leader), the same request goes to the leader it
-    names, else to the next replica. Nothing is sent twice: a refused write did nothing, and a
-    request is tried elsewhere only when the connection could not be made at all."""
+    names, else to the next replica. A request refused for the caller's rate (429
+    rate_limited) is sent again after the `Retry-After` the hub names (RATE_WAITS times at
+    most), as Kubernetes' clients do. Nothing is sent twice: a refused request did nothing, and
+    a request is tried elsewhere only when the connection could not be made at all."""
 
     def __init__(
         self, base_url: str | None = None, timeout_s: float = 10.0, token: str | None = None
@@ -201,6 +208,7 @@ class HubClient:
         tried: list[str] = []
         failures: list[str] = []
         response: httpx.Response | None = None
+        waits = 0
         while (url := next((u for u in self.urls if u not in tried), None)) is not None:
             tried.append(url)
             try:
@@ -212,6 +220,12 @@ class HubClient:
                 raise ApiError(f"no answer from the hub at {url} ({exc})") from exc
             if response.status_code == 503 and _code(response) == "not_leader":
                 self._prefer(_leader_named(response, url))
+                continue
+            wait = _rate_wait(response)
+            if wait is not None and waits < RATE_WAITS:
+                waits += 1
+                time.sleep(wait)
+                tried.remove(url)  # the same replica again, once the wait is over
                 continue
             self._prefer(url)
             return response
@@ -227,6 +241,18 @@ class HubClient:
         if url is None:
             return
         self.urls = [url, *(u for u in self.urls if u != url)]
+
+
+def _rate_wait(response: httpx.Response) -> float | None:
+    """How long to wait before sending a request refused for the caller's rate again (None:
+    not such a refusal, or a wait longer than RATE_WAIT_MAX_S, said to the caller instead)."""
+    if response.status_code != 429 or _code(response) != "rate_limited":
+        return None
+    try:
+        wait = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        wait = 1.0
+    return wait if 0 <= wait <= RATE_WAIT_MAX_S else None
 
 
 def _code(response: httpx.Response) -> str:

@@ -4,7 +4,9 @@ rate it is answered 429 with Retry-After. A real hub on a real nats-server, real
 from __future__ import annotations
 
 import asyncio
+import time
 
+from gpufed.client import HubClient
 from tests.integration.fed import InProcessFederation
 
 
@@ -45,3 +47,19 @@ async def test_a_hub_told_not_to_limit_answers_every_request(fed: InProcessFeder
         assert codes == {200}
     finally:
         await mia.aclose()
+
+
+async def test_the_cli_waits_as_told_and_its_requests_go_through(fed: InProcessFederation) -> None:
+    await fed.start_hub(api_rate_per_s=2.0, api_burst=3)
+    token = await fed.token("mia", "member", "vision")
+    async with fed.serve() as url:
+        client = HubClient(url, token=token)
+        try:
+            started = time.monotonic()
+            # 3 at once, then 2 a second: the 4th is refused, waited for, and sent again
+            answers = await asyncio.to_thread(lambda: [client.workloads() for _ in range(6)])
+            waited = time.monotonic() - started
+        finally:
+            client.close()
+    assert answers == [[]] * 6  # every `gpufed jobs` answered, none refused
+    assert waited >= 1.0  # it waited at least the Retry-After it was told
