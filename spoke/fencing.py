@@ -31,6 +31,12 @@ log = structlog.get_logger(__name__)
 SENT_KEPT = 256
 #: Heartbeats between fencing and the hub's lost_after deadline, beside the stop grace.
 MARGIN_HEARTBEATS = 3
+#: What a workload's log says when the rule stops it without its spoke (a local watchdog, a
+#: Slurm job's lease): its owner reads why it ended there.
+STOPPED_WITHOUT_SPOKE = (
+    "gpufed: the spoke has not heard the hub for fence_after: stopping this job "
+    "(it runs again elsewhere)"
+)
 
 
 def fence_file(workdir: Path) -> Path:

@@ -93,7 +93,7 @@ class LocalRuntime:
         self._runs: dict[str, _Run] = {}
         self._journal = RunJournal(self.run_dir / "runs.jsonl")
         # Outlives the spoke to fence its movable work (spoke.runtime.watchdog).
-        self._keeper = keeper(guard, self.run_dir, self._journal.path)
+        self._keeper = keeper(guard, self.run_dir, self._journal.path, log_dir)
         self._exits = ExitLog(self.run_dir)
         # An ended workload's log, workspace and load file: kept by `keep`, then removed.
         self.leftovers = Leftovers(

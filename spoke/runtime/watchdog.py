@@ -29,7 +29,8 @@ from pathlib import Path
 import structlog
 
 from schemas import WorkloadSpec
-from spoke.fencing import Guard
+from spoke.fencing import STOPPED_WITHOUT_SPOKE, Guard
+from spoke.runtime.leftovers import log_name
 from spoke.runtime.processes import alive, exit_file, find_wrappers
 from spoke.runtime.runjournal import read_open
 from spoke.runtime.spawn import Child, spawn
@@ -46,10 +47,10 @@ FENCED_FILE = "fenced-by-watchdog.txt"
 MODULE = "spoke.runtime.watchdog"
 
 
-def keeper(guard: Guard | None, run_dir: Path, journal: Path) -> Keeper | Unguarded:
+def keeper(guard: Guard | None, run_dir: Path, journal: Path, log_dir: Path) -> Keeper | Unguarded:
     """The local runtime's keeper of its watchdog: none without a `guard` (a runtime made
     without a spoke's settings, as in tests of the runtime alone)."""
-    return Unguarded() if guard is None else Keeper(guard, run_dir, journal)
+    return Unguarded() if guard is None else Keeper(guard, run_dir, journal, log_dir)
 
 
 class Unguarded:
@@ -69,9 +70,10 @@ class Keeper:
     """The local runtime's side: starts the watchdog, keeps the `alive` marker, and stops a
     watchdog an earlier spoke process left (files in `run_dir`)."""
 
-    def __init__(self, guard: Guard, run_dir: Path, journal: Path) -> None:
+    def __init__(self, guard: Guard, run_dir: Path, journal: Path, log_dir: Path) -> None:
         self.guard = guard
         self.journal = journal
+        self.log_dir = log_dir  # the workloads' logs: a fenced one's says why it stopped
         self.alive_path = run_dir / "spoke.alive"
         self.pid_path = run_dir / "watchdog.pid"
         self._child: Child | None = None
@@ -103,8 +105,8 @@ class Keeper:
         after = "-" if g.fence_after_s is None else repr(g.fence_after_s)
         argv = [
             sys.executable, "-m", MODULE, str(g.fence_path), str(self.journal),
-            str(self.alive_path), str(os.getpid()), repr(g.heartbeat_s), repr(g.stop_grace_s),
-            after,
+            str(self.log_dir), str(self.alive_path), str(os.getpid()), repr(g.heartbeat_s),
+            repr(g.stop_grace_s), after,
         ]  # fmt: skip
         if "PYTHONPATH" in os.environ:  # where the spoke found its own modules
             env = {**env, "PYTHONPATH": os.environ["PYTHONPATH"]}
@@ -157,7 +159,7 @@ def fenced_open_runs(journal: Path) -> dict[str, tuple[int, list[int]]]:
     return runs
 
 
-def watch(guard: Guard, journal: Path, alive_path: Path, parent: int) -> int:
+def watch(guard: Guard, journal: Path, log_dir: Path, alive_path: Path, parent: int) -> int:
     """The watchdog's loop (see the module): 0 once nothing fenced is left to watch."""
     stopping: dict[str, float] = {}  # workload -> when it got SIGTERM
     while journal.parent.exists():
@@ -177,6 +179,11 @@ def watch(guard: Guard, journal: Path, alive_path: Path, parent: int) -> int:
                 epoch, pids = runs[wid]
                 with open(journal.parent / FENCED_FILE, "a", encoding="utf-8") as noted:
                     noted.write(f"{wid} {epoch}\n")  # before the signal: the spoke reads it
+                with (
+                    contextlib.suppress(OSError),
+                    open(log_dir / log_name(wid, epoch), "a", encoding="utf-8") as out,
+                ):
+                    out.write(f"{STOPPED_WITHOUT_SPOKE}\n")  # its owner reads why it ended
                 _signal(pids, signal.SIGTERM)
         for wid, since in stopping.items():
             if wid in runs and now - since > guard.stop_grace_s:
@@ -192,14 +199,14 @@ def _signal(groups: list[int], sig: signal.Signals) -> None:
 
 
 def main(argv: list[str]) -> int:
-    fence_path, journal, alive_path, parent, heartbeat, grace, after = argv
+    fence_path, journal, log_dir, alive_path, parent, heartbeat, grace, after = argv
     guard = Guard(
         Path(fence_path),
         heartbeat_s=float(heartbeat),
         stop_grace_s=float(grace),
         fence_after_s=None if after == "-" else float(after),
     )
-    return watch(guard, Path(journal), Path(alive_path), int(parent))
+    return watch(guard, Path(journal), Path(log_dir), Path(alive_path), int(parent))
 
 
 if __name__ == "__main__":

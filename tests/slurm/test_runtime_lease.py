@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from schemas import EventPhase
-from spoke.fencing import Guard, fence_file
-from spoke.runtime.slurm.lease import STOPPING
+from spoke.fencing import STOPPED_WITHOUT_SPOKE, Guard, fence_file
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import EventLog, MakeRuntime, launch
 from tests.support.wait import wait_until
@@ -90,7 +89,7 @@ async def test_a_fenced_job_stops_itself_once_the_lease_runs_out_with_its_spoke_
     # Gone within fence_after, a check and the grace: long before the hub's lost_after.
     assert last_tick(moved_out) < last_heard + FENCE_AFTER_S + 1 + GRACE_S + 1
     assert last_tick(moved_out) < last_heard + LOST_AFTER_S
-    assert STOPPING in first.log_path("moved", 0).read_text()  # its owner reads why
+    assert STOPPED_WITHOUT_SPOKE in first.log_path("moved", 0).read_text()  # its owner reads why
     # What may not move runs on.
     kept_then = last_tick(kept_out)
     await wait_until(lambda: last_tick(kept_out) > kept_then + 1, 10, "the kept job's ticks")

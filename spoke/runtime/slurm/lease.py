@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from spoke.fencing import Guard
+from spoke.fencing import STOPPED_WITHOUT_SPOKE, Guard
 
 log = structlog.get_logger(__name__)
 
@@ -33,11 +33,6 @@ log = structlog.get_logger(__name__)
 DEADLINE_FILE = "lease-deadline"
 #: How often a fenced job's watcher reads the deadline, in seconds.
 CHECK_S = 1
-#: What the watcher writes to the job's log as it stops the job.
-STOPPING = (
-    "gpufed: the spoke has not heard the hub for fence_after: stopping this job "
-    "(it runs again elsewhere)"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +59,7 @@ class JobLease:
             "    case \"$deadline\" in ''|*[!0-9]*) continue ;; esac",
             '    [ "$(date +%s)" -gt "$deadline" ] || continue',
             f"    date +%s > {fenced}",
-            f'    echo "{STOPPING}" >&2',
+            f'    echo "{STOPPED_WITHOUT_SPOKE}" >&2',
             '    kill -TERM "$task" 2>/dev/null',
             f'    waited=0; while kill -0 "$task" 2>/dev/null && [ "$waited" -lt {grace} ]; do',
             "      sleep 1; waited=$((waited + 1))",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from schemas import Phase
+from spoke.fencing import STOPPED_WITHOUT_SPOKE
 from tests.integration.fed import InProcessFederation, nodes
 from tests.support.wait import wait_until
 
@@ -70,6 +71,9 @@ async def test_a_spoke_gone_for_good_stops_its_movable_work_before_it_runs_elsew
     log = (fed.root / "spokes" / "eu-1" / "runs" / "watchdog.log").read_text()
     assert f"fencing {movable}: its spoke is gone, its lease ran out" in log
     assert kept not in log
+    # Its owner reads why the first copy ended, in that copy's own log.
+    first_log = fed.root / "spokes" / "eu-1" / "logs" / f"{movable}-e1.log"
+    assert first_log.read_text().endswith(f"{STOPPED_WITHOUT_SPOKE}\n")
 
 
 async def test_a_spoke_back_after_its_watchdog_fenced_reports_the_work_preempted(
