@@ -120,7 +120,7 @@ class SlurmRuntime:
                 known, 0.0, EventPhase.CANCELLED, "stale_epoch", f"replaced by epoch {launch.epoch}"
             )
         exit_path = self._exit_path(launch.workload_id, launch.epoch)
-        fenced_path = exit_path.with_suffix(".fenced")
+        fenced_path = self._fenced_path(launch.workload_id, launch.epoch)
         lease = None
         if self._lease is not None and launch.spec.fenced:
             lease = self._lease.job(fenced_path)
@@ -332,7 +332,7 @@ class SlurmRuntime:
             )
         elif tracked.forced is not None:
             outcome = tracked.forced
-        elif self._exit_path(tracked.workload_id, tracked.epoch).with_suffix(".fenced").exists():
+        elif self._fenced_path(tracked.workload_id, tracked.epoch).exists():
             outcome = Outcome(
                 EventPhase.PREEMPTED,
                 "fenced",
@@ -377,9 +377,8 @@ class SlurmRuntime:
             tracked, Outcome(outcome.phase, outcome.reason, outcome.exit_code, message)
         )
         self._record.ended(tracked.workload_id, tracked.epoch)
-        exit_path = self._exit_path(tracked.workload_id, tracked.epoch)
-        exit_path.unlink(missing_ok=True)
-        exit_path.with_suffix(".fenced").unlink(missing_ok=True)
+        self._exit_path(tracked.workload_id, tracked.epoch).unlink(missing_ok=True)
+        self._fenced_path(tracked.workload_id, tracked.epoch).unlink(missing_ok=True)
         tracked.ended.set()
         self.leftovers.ended(tracked.workload_id, tracked.epoch)
         self._forget_done(tracked.workload_id)
@@ -438,3 +437,7 @@ class SlurmRuntime:
 
     def _exit_path(self, workload_id: str, epoch: int) -> Path:
         return self.run_dir / f"{workload_id}-e{epoch}.exit"
+
+    def _fenced_path(self, workload_id: str, epoch: int) -> Path:
+        """Where a fenced job's watcher notes that the lease stopped it (lease.py)."""
+        return self.run_dir / f"{workload_id}-e{epoch}.fenced"
