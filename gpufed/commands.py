@@ -19,6 +19,7 @@ import yaml
 from gpufed.client import ApiError, HubClient
 from gpufed.cordon_cmd import add_cordon_commands
 from gpufed.flagnames import SUBMIT_FLAGS, naming_the_flag
+from gpufed.myteam import TeamNotGiven, fill_team
 from gpufed.policy_check import overlapping_windows, unknown_models
 from gpufed.policy_view import policy_in_force
 from gpufed.session_cmd import age
@@ -46,7 +47,7 @@ def add_client_commands(sub: Any) -> None:
     submit = command("submit", "submit a workload", _submit)
     submit.add_argument("-f", "--file", type=Path, help="workload spec as YAML or JSON")
     submit.add_argument("--name")
-    submit.add_argument("--team")
+    submit.add_argument("--team", help="the team it runs for (default: yours, if you have one)")
     submit.add_argument("--priority", dest="priority_class")
     submit.add_argument(
         "--kind", choices=["job", "session", "service"], help="session/service: gets a URL"
@@ -134,6 +135,9 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             code = f" [{exc.code}]" if exc.code else ""
             print(f"gpufed: {exc}{code}", file=sys.stderr)
             return 1
+        except TeamNotGiven as exc:  # what to type: a usage error
+            print(f"gpufed: {exc}", file=sys.stderr)
+            return 2
         finally:
             client.close()
 
@@ -168,6 +172,7 @@ def _submit(args: argparse.Namespace) -> int:
     command = [c for c in args.command if c != "--"] if args.command else []
     if command:
         spec["command"] = command
+    fill_team(spec, args.client)
     try:
         record = args.client.submit(spec)
     except ApiError as exc:  # the hub names the spec's field: name the flag too

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpufed.client import ApiError, HubClient
 from gpufed.flagnames import SERVICE_FLAGS, naming_the_flag
+from gpufed.myteam import fill_team
 from gpufed.yamlfile import read_mapping
 
 
@@ -44,7 +45,7 @@ def add_service_commands(sub: Any, command: Any) -> None:
 def _spec_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--file", type=Path, help="service spec as YAML or JSON")
     parser.add_argument("--name")
-    parser.add_argument("--team")
+    parser.add_argument("--team", help="the team it serves (default: yours, if you have one)")
     parser.add_argument("--priority", dest="priority_class", help="default production")
     parser.add_argument("--min", type=int, dest="min_replicas", help="fewest replicas (0 allowed)")
     parser.add_argument("--max", type=int, dest="max_replicas", help="most replicas")
@@ -71,6 +72,7 @@ def _service(args: argparse.Namespace) -> int:
     spec = _spec(args)
     if spec is None:
         return 1
+    fill_team(spec, client)
     try:
         made = (
             client.create_service(spec) if args.action == "create" else client.update_service(spec)

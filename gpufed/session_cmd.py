@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from gpufed.client import ApiError
 from gpufed.flagnames import SESSION_FLAGS, naming_the_flag
+from gpufed.myteam import fill_team
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 ACTIVE = "queued,placed,running"
@@ -36,7 +37,7 @@ def add_session_commands(sub: Any, command: Any) -> None:
     opened = actions.add_parser(
         "open", parents=[options], help="start a session; print its URL once it answers"
     )
-    opened.add_argument("--team", required=True, help="the team it runs for")
+    opened.add_argument("--team", help="the team it runs for (default: yours, if you have one)")
     opened.add_argument("--name", default="session")
     opened.add_argument(
         "--gpus", type=float, default=1.0, help="GPUs: a share of one (0.5) or a whole number"
@@ -98,8 +99,10 @@ def _open(args: argparse.Namespace) -> int:
     if not session_spec(args)["command"]:
         print("gpufed session open: give -- the command to run", file=sys.stderr)
         return 2
+    spec = session_spec(args)
+    fill_team(spec, args.client)
     try:
-        record = args.client.submit(session_spec(args))
+        record = args.client.submit(spec)
     except ApiError as exc:  # the hub names the spec's field: name the flag too
         raise naming_the_flag(exc, SESSION_FLAGS) from None
     wid = record["id"]

@@ -119,6 +119,43 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
     assert code == 2 and err.startswith("gpufed audit --since: cannot read the time 'last tuesday'")
 
 
+def test_a_member_of_one_team_need_not_name_it(
+    hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = {}
+    for user, role in (("alice", "member"), ("ci", "viewer")):
+        code, out, _ = gpufed(
+            capsys, "token", "create", "--user", user, "--team", "vision", "--role", role
+        )
+        assert code == 0
+        tokens[user] = out.splitlines()[-1]
+    # The admin may submit for any team: asked which, not told `team: Field required`.
+    code, out, err = gpufed(capsys, "submit", "--name", "a", "--", "true")
+    assert (code, out) == (2, "")
+    assert err == "gpufed: say which team with --team: admin is an admin, of every team\n"
+    code, _, err = gpufed(capsys, "service", "create", "--name", "chat", "--", "sleep", "60")
+    assert code == 2 and "say which team with --team" in err
+
+    monkeypatch.setenv("GPUFED_TOKEN", tokens["alice"])
+    code, out, _ = gpufed(capsys, "submit", "--name", "mine", "--", "true")
+    assert code == 0
+    mine = out.strip()
+    code, out, _ = gpufed(capsys, "jobs", "--json")
+    assert [(r["id"], r["spec"]["team"]) for r in json.loads(out)] == [(mine, "vision")]
+    code, out, _ = gpufed(capsys, "service", "create", "--name", "chat", "--", "sleep", "60")
+    assert code == 0 and out.startswith("vision/chat: generation 1")
+    # A team she names is still the one asked for (and refused where she is no member).
+    code, _, err = gpufed(capsys, "submit", "--name", "x", "--team", "nlp", "--", "true")
+    assert code == 1 and "alice may not submit work for team nlp" in err
+
+    monkeypatch.setenv("GPUFED_TOKEN", tokens["ci"])
+    code, _, err = gpufed(capsys, "submit", "--name", "b", "--", "true")
+    assert code == 2 and err == (
+        "gpufed: ci may submit for no team (viewer of vision): a submission needs a member's "
+        "token of its team\n"
+    )
+
+
 def test_without_a_token_the_cli_says_how_to_get_one(
     hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
