@@ -37,10 +37,13 @@ def default_token() -> str | None:
 class ApiError(Exception):
     """The hub refused (4xx, with its code and message) or could not be reached."""
 
-    def __init__(self, message: str, *, code: str = "", status: int = 0) -> None:
+    def __init__(
+        self, message: str, *, code: str = "", status: int = 0, field: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.status = status
+        self.field = field  # the request's field it names, where the hub named one
 
 
 class HubClient:
@@ -184,9 +187,11 @@ class HubClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._send(method, path, **kwargs)
         if response.status_code >= 400:
+            field = None
             try:
                 body = response.json()
                 message, code = body.get("message", response.text), body.get("code", "")
+                field = body.get("field")
             except ValueError:
                 message, code = response.text, ""
             if response.status_code == 401:
@@ -194,7 +199,7 @@ class HubClient:
                     " (set GPUFED_TOKEN to an API token, or GPUFED_TOKEN_FILE to a file holding"
                     " one; `gpufed up` writes its admin token to <data-dir>/admin.token)"
                 )
-            raise ApiError(message, code=code, status=response.status_code)
+            raise ApiError(message, code=code, status=response.status_code, field=field)
         try:
             return response.json()
         except ValueError as exc:

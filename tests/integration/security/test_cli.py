@@ -79,11 +79,10 @@ def test_token_create_as_spelled_then_cross_team_work_is_refused_and_audited(
     assert code == 1 and "team-admin" in err
 
     # A refused spec names the flag a user typed, not only the API's field.
-    code, _, err = gpufed(
-        capsys, "submit", "--name", "z", "--team", "vision", "--gpus", "0", "--", "true"
-    )
+    submit_z = ("submit", "--name", "z", "--team", "vision")
+    code, _, err = gpufed(capsys, *submit_z, "--gpus", "0", "--", "true")
     assert code == 1 and "gpus_per_node: " in err and "(--gpus) [invalid_workload]" in err
-    code, _, err = gpufed(capsys, "submit", "--name", "z", "--team", "vision")
+    code, _, err = gpufed(capsys, *submit_z)
     assert code == 1 and "command: Field required (the program and its arguments after --)" in err
 
     monkeypatch.delenv("GPUFED_TOKEN")  # back to the admin token file
@@ -147,6 +146,13 @@ def test_a_member_of_one_team_need_not_name_it(
     # A team she names is still the one asked for (and refused where she is no member).
     code, _, err = gpufed(capsys, "submit", "--name", "x", "--team", "nlp", "--", "true")
     assert code == 1 and "alice may not submit work for team nlp" in err
+
+    # A flag spelled as its field is named too, and so is one the hub's answer names by field.
+    code, _, err = gpufed(capsys, "submit", "--team", "vision", "--", "true")
+    assert code == 1 and err == "gpufed: name: Field required (--name) [invalid_workload]\n"
+    code, _, err = gpufed(capsys, "submit", "--name", "z", "--priority", "urgent", "--", "true")
+    assert code == 1 and err.startswith("gpufed: priority class 'urgent' is not defined (known: ")
+    assert err.endswith(") (--priority) [invalid_workload]\n")
 
     monkeypatch.setenv("GPUFED_TOKEN", tokens["ci"])
     code, _, err = gpufed(capsys, "submit", "--name", "b", "--", "true")
