@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 import time
@@ -24,7 +25,7 @@ from gpufed.policy_check import overlapping_windows, unknown_models
 from gpufed.policy_view import policy_in_force
 from gpufed.session_cmd import age
 from gpufed.top import spoke_status
-from gpufed.when import parse_when
+from gpufed.when import parse_duration, parse_when
 from gpufed.yamlfile import read_mapping
 from schemas.events import without_log_path
 
@@ -65,7 +66,12 @@ def add_client_commands(sub: Any) -> None:
         metavar="KEY",
         help="an environment variable of this shell passed on as a secret: never shown back",
     )
-    submit.add_argument("--max-runtime", type=int, dest="max_runtime_s")
+    submit.add_argument(
+        "--max-runtime",
+        type=_seconds,
+        dest="max_runtime_s",
+        help="stopped after this long: seconds, 90m, 12h, 2d",
+    )
     submit.add_argument("command", nargs=argparse.REMAINDER, help="-- program and arguments")
 
     jobs = command("jobs", "list workloads", _jobs)
@@ -116,6 +122,14 @@ def add_client_commands(sub: Any) -> None:
     add_token_commands(sub, command)
     add_session_commands(sub, command)
     add_service_commands(sub, command)
+
+
+def _seconds(text: str) -> int:
+    """A length of time a person types (`gpufed.when.parse_duration`), in whole seconds."""
+    try:
+        return math.ceil(parse_duration(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

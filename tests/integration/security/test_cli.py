@@ -154,6 +154,17 @@ def test_a_member_of_one_team_need_not_name_it(
     assert code == 1 and err.startswith("gpufed: priority class 'urgent' is not defined (known: ")
     assert err.endswith(") (--priority) [invalid_workload]\n")
 
+    # A time limit as people say it; what is no length of time is refused before any request.
+    code, out, _ = gpufed(capsys, "submit", "--name", "r", "--max-runtime", "90m", "--", "true")
+    assert code == 0
+    code, shown, _ = gpufed(capsys, "explain", out.strip(), "--json")
+    assert json.loads(shown)["spec"]["max_runtime_s"] == 5400
+    with pytest.raises(SystemExit) as exited:
+        gpufed(capsys, "submit", "--name", "r", "--max-runtime", "10x", "--", "true")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert "argument --max-runtime: cannot read the length of time '10x'" in err
+
     monkeypatch.setenv("GPUFED_TOKEN", tokens["ci"])
     code, _, err = gpufed(capsys, "submit", "--name", "b", "--", "true")
     assert code == 2 and err == (
