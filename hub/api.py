@@ -61,6 +61,7 @@ from hub.tokenapi import add_token_routes
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, WorkloadSpec
 from schemas.burst import InstanceEvent
 from schemas.errors import describe_problems, in_model
+from schemas.services import service_problems
 from schemas.workloads import spec_problems
 
 log = structlog.get_logger(__name__)
@@ -133,6 +134,8 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             text = describe_errors(errors, exc.body)
         elif request.url.path == "/v1/workloads":  # with its typos, if any
             field, text = spec_problems(exc.errors(), exc.body)
+        elif code == "invalid_workload" and request.url.path.startswith("/v1/services"):
+            field, text = service_problems(exc.errors(), exc.body)  # a service's, typos first
         return _error(422, code, text[:2000], field)
 
     @app.exception_handler(StarletteHTTPException)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from schemas.common import PATTERN_MEANINGS, WireModel
+from schemas.common import PATTERN_MEANINGS, WireModel, unknown_names, unknown_text
 
 
 class ErrorReply(WireModel):
@@ -90,6 +90,28 @@ def describe_problems(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, 
     if more:
         text += f" (and {more} more problem{'s' if more > 1 else ''})"
     return fields[0], text
+
+
+def problems_unknown_first(
+    errors: Sequence[Mapping[str, Any]],
+    data: object,
+    parts: Sequence[tuple[str, type[BaseModel]]],
+) -> tuple[str | None, str]:
+    """Why `data` is no document (`describe_problems` of pydantic's `errors`), the fields it
+    names that its models lack first: a typo (`gpu: 2`) beside a bad value is named with it,
+    not once the value is fixed. `parts`: each model with the key it is under, with a dot
+    (`""` for the document itself, `"affinity."` for `data["affinity"]`)."""
+    field, text = describe_problems(errors)
+    if not isinstance(data, Mapping):
+        return field, text
+    unknown: list[tuple[str, str | None]] = []
+    for prefix, model in parts:
+        part = data.get(prefix[:-1]) if prefix else data
+        if isinstance(part, Mapping):
+            unknown += unknown_names(part, model.model_fields, prefix)
+    if not unknown:
+        return field, text
+    return unknown[0][0], f"{unknown_text(unknown)}; {text}"
 
 
 def _without_follow_ons(errors: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

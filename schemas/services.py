@@ -8,13 +8,14 @@ routes them (docs/services.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from schemas.common import KEEPS_UNKNOWN, DnsLabel, WireModel, extra_fields
-from schemas.errors import describe_problems
+from schemas.errors import describe_problems, problems_unknown_first
 from schemas.workloads import (
     SECRET_MASK,
     Affinity,
@@ -213,6 +214,18 @@ def unknown_fields(spec: ServiceSpec) -> list[tuple[str, str | None]]:
         (spec.autoscaling, "autoscaling."),
     )
     return extra_fields(parts)
+
+
+def service_problems(errors: Sequence[Mapping[str, Any]], data: object) -> tuple[str | None, str]:
+    """Why `data` is no service spec, its unknown fields first (`problems_unknown_first`; a
+    valid spec's unknown fields are `unknown_fields`)."""
+    parts = (
+        ("", ServiceSpec),
+        ("replica.", ReplicaTemplate),
+        ("health.", HealthCheck),
+        ("autoscaling.", Autoscaling),
+    )
+    return problems_unknown_first(errors, data, parts)
 
 
 def _problems(exc: ValueError) -> str:

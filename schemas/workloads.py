@@ -17,10 +17,8 @@ from schemas.common import (
     WireModel,
     extra_fields,
     refuse_control,
-    unknown_names,
-    unknown_text,
 )
-from schemas.errors import ErrorReply, describe_problems
+from schemas.errors import ErrorReply, problems_unknown_first
 
 MAX_COMMAND_ITEMS = 256
 MAX_COMMAND_BYTES = 64 * 1024
@@ -308,19 +306,9 @@ def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
 
 
 def spec_problems(errors: Sequence[Mapping[str, Any]], data: object) -> tuple[str | None, str]:
-    """Why submitted `data` is no spec (`describe_problems` of pydantic's `errors`), its unknown
-    fields first: a typo (`gpu: 2`) beside a bad value is named with it, not once the value is
-    fixed (a valid spec's unknown fields are `unknown_fields`)."""
-    field, text = describe_problems(errors)
-    if not isinstance(data, Mapping):
-        return field, text
-    unknown = unknown_names(data, WorkloadSpec.model_fields)
-    affinity = data.get("affinity")
-    if isinstance(affinity, Mapping):
-        unknown += unknown_names(affinity, Affinity.model_fields, "affinity.")
-    if not unknown:
-        return field, text
-    return unknown[0][0], f"{unknown_text(unknown)}; {text}"
+    """Why submitted `data` is no spec, its unknown fields first (`problems_unknown_first`; a
+    valid spec's unknown fields are `unknown_fields`)."""
+    return problems_unknown_first(errors, data, (("", WorkloadSpec), ("affinity.", Affinity)))
 
 
 class SubmitReply(WireModel):

@@ -458,6 +458,24 @@ async def test_a_typo_in_a_service_spec_is_refused_not_ignored(fed: InProcessFed
     assert "did you mean autoscaling.target?" in updated.json()["message"]
     assert (await show(api, "llm"))["generation"] == 1  # the service kept its spec
 
+    # Beside a value that is no value, the typo is named with it, not once the value is fixed.
+    both = service("llm", min_replicas=-1, maxreplicas=3)
+    refused = await api.post("/v1/services", json=both)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["message"] == (
+        "unknown field: maxreplicas (did you mean max_replicas?); "
+        "min_replicas: Input should be greater than or equal to 0"
+    )
+    assert refused.json()["field"] == "maxreplicas"
+    updated = await api.put(
+        f"/v1/services/{TEAM}/llm", json=service("llm", health={"pth": "/ok", "period_s": 0})
+    )
+    assert updated.status_code == 422, updated.text
+    assert updated.json()["message"] == (
+        "unknown field: health.pth (did you mean health.path?); "
+        "health.period_s: Input should be greater than or equal to 0.05"
+    )
+
 
 async def test_a_refused_service_names_the_flag_the_user_typed(
     fed: InProcessFederation,
