@@ -8,6 +8,8 @@ fleet, just not the free devices right now.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hub.core.capacity import Capacity, Pool
 from hub.core.fit import runs_on
 from hub.core.model import Reason, SpecLike
@@ -43,14 +45,17 @@ def never_fits(
             regions = ", ".join(aff.required_regions)
             return (
                 Reason.NO_MATCHING_REGION,
-                f"no spoke accepting work in region {regions}",
+                f"no spoke accepting work in region {regions}"
+                f" (regions: {_names(p.region for p in capacity.pools)})",
             )
     if spec.gpu_models:
+        there = pools
         pools = [p for p in pools if p.model in spec.gpu_models]
-        if not pools:
+        if not pools:  # the models there are, so a misspelt one (h100, A100s) is seen as such
             return (
                 Reason.NO_MATCHING_MODEL,
-                f"no schedulable node{where} has {models_text(spec)} GPUs",
+                f"no schedulable node{where} has {models_text(spec)} GPUs"
+                f" (models: {_names(p.model for p in there)})",
             )
     required = aff.required_labels
     if required:
@@ -167,6 +172,11 @@ def _prefix(spec: SpecLike) -> str:
 def _where(spec: SpecLike) -> str:
     regions = spec.affinity.required_regions
     return f" in region {', '.join(regions)}" if regions else ""
+
+
+def _names(names: Iterable[str]) -> str:
+    """Each of `names` once, sorted, comma-separated (`-` for one not given)."""
+    return ", ".join(sorted({name or "-" for name in names}))
 
 
 def _labels(labels: dict[str, str]) -> str:

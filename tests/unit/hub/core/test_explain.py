@@ -36,13 +36,19 @@ FLEET = fleet(
             FLEET,
             pending("w", required_regions=("ap",)),
             "no_matching_region",
-            "no spoke accepting work in region ap",
+            "no spoke accepting work in region ap (regions: eu, us)",
         ),
         (
             FLEET,
             pending("w", models=("B200",), required_regions=("eu",)),
             "no_matching_model",
-            "no schedulable node in region eu has B200 GPUs",
+            "no schedulable node in region eu has B200 GPUs (models: A100)",
+        ),
+        (  # a model misspelt is seen as such beside the ones there are
+            FLEET,
+            pending("w", models=("h100",)),
+            "no_matching_model",
+            "no schedulable node has h100 GPUs (models: A100, H100, L4)",
         ),
         (
             FLEET,
