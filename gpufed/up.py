@@ -21,7 +21,7 @@ from nats.aio.client import RawCredentials
 
 from burst.catalog import load_catalog
 from burst.providers.local import STATE_FILE, LocalProvider
-from bus import identities
+from bus import identities, lifeline
 from bus.authority import NatsAuthority, write_secret
 from bus.client import BusSettings
 from bus.jwt import Permissions
@@ -119,6 +119,9 @@ class Federation:
             write_secret(self.store_url_file, store_url + "\n")
         self.tls: TlsFiles | None = ensure_local_ca(self.secrets_dir / "tls") if tls else None
         self._preexec = ends_with_us() if tied else None
+        # The read end of a pipe only this process writes to, handed to burst and on to its
+        # cloud spokes, which outlive a burst restart but not us (`bus.lifeline`).
+        self._lifeline = lifeline.make()[0] if tied else None
         self.nats = EmbeddedNats(
             self.data_dir / "nats", authority=self.authority, tls=self.tls, preexec=self._preexec
         )
@@ -208,6 +211,7 @@ class Federation:
                 "--metrics-port", str(port),
                 *(self.burst_args or ()),
             ],
+            lifeline.handing(self._lifeline),
         )  # fmt: skip
 
     @property
@@ -372,7 +376,7 @@ class Federation:
     def spoke(self, spoke_id: str) -> SimSpoke:
         return next(s for s in self.fleet if s.id == spoke_id)
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], handed: lifeline.Handed = lifeline.NONE) -> None:
         # `gpufed up` turns a stop signal into KeyboardInterrupt; landing between the fork and
         # the line that records the process, it would leave a piece stop() never hears of.
         # Its handler defers the interrupt while `spawning` (see gpufed.up_command).
@@ -385,6 +389,8 @@ class Federation:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=self._preexec,
+                pass_fds=handed.pass_fds,
+                env=handed.env,
             )
             log.close()
             self.procs[name] = proc

@@ -29,6 +29,7 @@ import yaml
 from burst.catalog import Catalog
 from burst.errors import PermanentBurstError, RetryableBurstError
 from burst.ports import InstanceInfo, LaunchRequest
+from bus import lifeline
 from bus.authority import write_secret
 from schemas.burst import InstanceState, Market
 
@@ -241,12 +242,16 @@ class LocalProvider:
             with open(log_path, "ab") as log_file:
                 # Its own session: a Ctrl-C meant for the controller does not reach the
                 # "cloud machine", which outlives a controller restart as a real one would.
+                # It ends with `gpufed up`'s lifeline, if this controller was handed one.
+                handed = lifeline.handing(lifeline.passed())
                 proc = subprocess.Popen(
                     command,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
+                    pass_fds=handed.pass_fds,
+                    env=handed.env,
                 )
         except OSError as exc:
             raise RetryableBurstError(f"cannot start spoke {request.burst_id}: {exc}") from exc

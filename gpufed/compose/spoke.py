@@ -10,6 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+from bus import lifeline
 from bus.client import Bus, BusSettings
 from bus.identities import inbox_prefix
 from bus.metrics_http import serve_metrics
@@ -23,6 +26,8 @@ from spoke.ports import EventSink, Inventory, Runtime
 from spoke.runtime.retention import Keep
 from spoke.settings import SpokeSettings
 from spoke.telemetry import Telemetry
+
+log = structlog.get_logger(__name__)
 
 RuntimeFactory = Callable[[EventSink], Runtime]
 
@@ -59,11 +64,26 @@ async def serve_spoke(settings: SpokeSettings, stop: asyncio.Event | None = None
     stop = stop or asyncio.Event()
     _watch_children_with_pidfd(asyncio.get_running_loop())
     stop_on_signals(stop)
+    _stop_with_lifeline(stop)
     lock = FolderLock(settings.workdir, f"spoke {settings.id}").take()  # one journal writer
     try:
         await _serve(build_spoke(settings), settings, stop)
     finally:
         lock.release()
+
+
+def _stop_with_lifeline(stop: asyncio.Event) -> None:
+    """A cloud spoke of the local burst provider stops when `gpufed up` is gone (`bus.lifeline`):
+    it outlives the controller that started it, not the federation."""
+    fd = lifeline.passed()
+    if fd is None:
+        return
+
+    def ended() -> None:
+        log.warning("lifeline_ended", why="gpufed up, whose federation this spoke is in, ended")
+        stop.set()
+
+    lifeline.watch(fd, asyncio.get_running_loop(), ended)
 
 
 async def _serve(agent: SpokeAgent, settings: SpokeSettings, stop: asyncio.Event) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bus import lifeline
 from bus.ports import free_port
 from gpufed.client import HubClient
 from tests.support.wait import wait_until_sync
@@ -73,6 +74,11 @@ def test_gpufed_up_killed_outright_leaves_nothing_running_and_starts_again(
         wait_until_sync(
             lambda: all(p in _command_lines(data) for p in PIECES[:-1]), 60, "every piece running"
         )
+        # Burst holds the read end of `gpufed up`'s lifeline, to hand to the cloud spokes it
+        # starts: they outlive burst, not `gpufed up` (tests/integration/burst).
+        [burst] = [p for p in _processes(data) if " burst " in _command_line(p)]
+        handed = burst.environ()[lifeline.ENV]
+        assert os.readlink(f"/proc/{burst.pid}/fd/{handed}").startswith("pipe:")
         up.kill()  # no handler runs: each piece hears of it from the kernel
         up.communicate()
         _, alive = psutil.wait_procs(_processes(data), timeout=30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,9 +14,11 @@ import pytest
 from burst.errors import PermanentBurstError
 from burst.ports import LaunchRequest
 from burst.providers.local import STATE_FILE, LocalProvider
+from bus import lifeline
 from bus.natsserver import EmbeddedNats
 from schemas.burst import InstanceState, Market
 from tests.integration.burst.hub_role import REGION, process_gone, sim_catalog
+from tests.support.wait import wait_until
 
 CATALOG = sim_catalog(("sim.a100x4", "A100", 4, 8.0))
 
@@ -122,3 +125,30 @@ async def test_sweep_stops_only_unknown_processes_past_the_grace(
     assert [i.burst_id for i in swept] == ["b-orphan"]
     assert process_gone(pid(orphan.provider_instance_id), "b-orphan")
     assert not process_gone(pid(kept.provider_instance_id), "b-known")
+
+
+async def test_a_cloud_spoke_ends_with_the_lifeline_of_gpufed_up(
+    provider: LocalProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller handed `gpufed up`'s lifeline hands it to each cloud spoke: once `gpufed up`
+    is gone (killed outright: the write end closes with it), the spoke stops, though it
+    outlives the controller itself. One started without it runs on."""
+    read_end, write_end = os.pipe()
+    try:
+        monkeypatch.setenv(lifeline.ENV, str(read_end))
+        tied = await provider.launch(request("b-tied"))
+        monkeypatch.delenv(lifeline.ENV)
+        free = await provider.launch(request("b-free"))
+        os.close(write_end)
+        write_end = -1
+        await wait_until(
+            lambda: process_gone(pid(tied.provider_instance_id), "b-tied"), 30, "b-tied gone"
+        )
+        log = (tmp_path / "burst" / "logs" / "b-tied.log").read_text()
+        assert "lifeline_ended" in log and "gpufed up" in log
+        await asyncio.sleep(1.0)  # what ended the other would have ended this one by now
+        assert not process_gone(pid(free.provider_instance_id), "b-free")
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
