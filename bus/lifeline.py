@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -35,11 +36,13 @@ def make() -> tuple[int, int]:
 
 
 def passed(environ: Mapping[str, str] | None = None) -> int | None:
-    """The read end this process was handed (`ENV`), or None: none named, or not open here."""
+    """The read end this process was handed (`ENV`), or None: none named, or what it names is
+    no pipe open here (a variable left in a shell must not make a spoke read another file)."""
     text = (os.environ if environ is None else environ).get(ENV, "")
     try:
         fd = int(text)
-        os.fstat(fd)
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
     except (ValueError, OSError):
         return None
     return fd
