@@ -119,8 +119,9 @@ class Federation:
             write_secret(self.store_url_file, store_url + "\n")
         self.tls: TlsFiles | None = ensure_local_ca(self.secrets_dir / "tls") if tls else None
         self._preexec = ends_with_us() if tied else None
-        # The read end of a pipe only this process writes to, handed to burst and on to its
-        # cloud spokes, which outlive a burst restart but not us (`bus.lifeline`).
+        # The read end of a pipe whose write end stays open here, unnamed, until this process
+        # ends: handed to burst and on to its cloud spokes, which outlive a burst restart but
+        # not us (`bus.lifeline`).
         self._lifeline = lifeline.make()[0] if tied else None
         self.nats = EmbeddedNats(
             self.data_dir / "nats", authority=self.authority, tls=self.tls, preexec=self._preexec
