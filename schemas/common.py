@@ -150,15 +150,20 @@ def nearest_name(name: str, known: Collection[str]) -> str | None:
 KEEPS_UNKNOWN = ConfigDict(extra="allow", frozen=True)
 
 
-def extra_fields(parts: Iterable[tuple[BaseModel, str]]) -> list[tuple[str, str | None]]:
-    """The fields a writer named that these (model, prefix) parts of a KEEPS_UNKNOWN spec do
-    not have, each prefixed and with the nearest one it has, if any. Empty for none."""
+#: The parts of a spec whose fields are checked: each with the key it is under, with a dot
+#: (`""` for the spec itself, `"affinity."` for its `affinity`), and its model.
+SpecParts = Sequence[tuple[str, type[BaseModel]]]
+
+
+def extra_fields(spec: BaseModel, parts: SpecParts) -> list[tuple[str, str | None]]:
+    """The fields a writer named that these `parts` of a KEEPS_UNKNOWN `spec` do not have,
+    each prefixed and with the nearest one it has, if any. Empty for none."""
     found: list[tuple[str, str | None]] = []
-    for model, prefix in parts:
-        extra = model.model_extra
+    for prefix, model in parts:
+        extra = (getattr(spec, prefix[:-1]) if prefix else spec).model_extra
         if not extra:
             continue  # nearly every spec: checked on every submission
-        found += unknown_names(extra, type(model).model_fields, prefix)
+        found += unknown_names(extra, model.model_fields, prefix)
     return found
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from schemas.common import PATTERN_MEANINGS, WireModel, unknown_names, unknown_text
+from schemas.common import PATTERN_MEANINGS, SpecParts, WireModel, unknown_names, unknown_text
 
 
 class ErrorReply(WireModel):
@@ -95,7 +95,7 @@ def describe_problems(errors: Sequence[Mapping[str, Any]]) -> tuple[str | None, 
 def problems_unknown_first(
     errors: Sequence[Mapping[str, Any]],
     data: object,
-    parts: Sequence[tuple[str, type[BaseModel]]],
+    parts: SpecParts,
 ) -> tuple[str | None, str]:
     """Why `data` is no document (`describe_problems` of pydantic's `errors`), the fields it
     names that its models lack first: a typo (`gpu: 2`) beside a bad value is named with it,

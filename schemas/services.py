@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from schemas.common import KEEPS_UNKNOWN, DnsLabel, WireModel, extra_fields
+from schemas.common import KEEPS_UNKNOWN, DnsLabel, SpecParts, WireModel, extra_fields
 from schemas.errors import describe_problems, problems_unknown_first
 from schemas.workloads import (
     SECRET_MASK,
@@ -203,29 +203,26 @@ class ServiceSpec(WireModel):
         )
 
 
+#: A service spec's parts whose fields are checked (`unknown_fields`, `service_problems`).
+SERVICE_PARTS: SpecParts = (
+    ("", ServiceSpec),
+    ("replica.", ReplicaTemplate),
+    ("health.", HealthCheck),
+    ("autoscaling.", Autoscaling),
+)
+
+
 def unknown_fields(spec: ServiceSpec) -> list[tuple[str, str | None]]:
     """The fields a writer named that the spec does not have (`replica.`, `health.`,
     `autoscaling.`-prefixed inside those), each with the nearest one it has, if any: the hub
     refuses such a spec rather than run something other than what was asked."""
-    parts = (
-        (spec, ""),
-        (spec.replica, "replica."),
-        (spec.health, "health."),
-        (spec.autoscaling, "autoscaling."),
-    )
-    return extra_fields(parts)
+    return extra_fields(spec, SERVICE_PARTS)
 
 
 def service_problems(errors: Sequence[Mapping[str, Any]], data: object) -> tuple[str | None, str]:
     """Why `data` is no service spec, its unknown fields first (`problems_unknown_first`; a
     valid spec's unknown fields are `unknown_fields`)."""
-    parts = (
-        ("", ServiceSpec),
-        ("replica.", ReplicaTemplate),
-        ("health.", HealthCheck),
-        ("autoscaling.", Autoscaling),
-    )
-    return problems_unknown_first(errors, data, parts)
+    return problems_unknown_first(errors, data, SERVICE_PARTS)
 
 
 def _problems(exc: ValueError) -> str:

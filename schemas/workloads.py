@@ -14,6 +14,7 @@ from schemas.common import (
     KEEPS_UNKNOWN,
     DnsLabel,
     Identifier,
+    SpecParts,
     WireModel,
     extra_fields,
     refuse_control,
@@ -298,17 +299,21 @@ class WorkloadSpec(WireModel):
         return float(self.gpus_per_node * self.nodes)
 
 
+#: A workload spec's parts whose fields are checked (`unknown_fields`, `spec_problems`).
+SPEC_PARTS: SpecParts = (("", WorkloadSpec), ("affinity.", Affinity))
+
+
 def unknown_fields(spec: WorkloadSpec) -> list[tuple[str, str | None]]:
     """The fields a submitter named that a spec does not have (`affinity.`-prefixed inside
     it), each with the nearest one it has, if any: the hub refuses such a spec rather than run
     something other than what was asked. Empty for a spec without any."""
-    return extra_fields(((spec, ""), (spec.affinity, "affinity.")))
+    return extra_fields(spec, SPEC_PARTS)
 
 
 def spec_problems(errors: Sequence[Mapping[str, Any]], data: object) -> tuple[str | None, str]:
     """Why submitted `data` is no spec, its unknown fields first (`problems_unknown_first`; a
     valid spec's unknown fields are `unknown_fields`)."""
-    return problems_unknown_first(errors, data, (("", WorkloadSpec), ("affinity.", Affinity)))
+    return problems_unknown_first(errors, data, SPEC_PARTS)
 
 
 class SubmitReply(WireModel):
