@@ -17,6 +17,7 @@ from hub.core.refusals import RefusalThrottle
 from hub.errors import RateLimited
 from hub.oidc import OidcSettings, OidcVerifier
 from hub.service import HubService
+from schemas import MAX_BATCH
 
 
 class ApiSecurity:
@@ -53,7 +54,7 @@ class ApiSecurity:
             raise RateLimited(
                 f"{who.user} made more than {limits.burst} requests at once or "
                 f"{limits.rate_per_s:g} a second; try again in {wait:.1f} s (a batch, "
-                "POST /v1/workloads:batch, submits up to 10,000 workloads as one request)",
+                f"POST /v1/workloads:batch, submits up to {MAX_BATCH:,} workloads as one request)",
                 retry_after_s=wait,
             )
 
