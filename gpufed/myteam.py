@@ -24,18 +24,18 @@ class WhoAsks(Protocol):
     def whoami(self) -> dict[str, Any]: ...
 
 
-def team_of(me: Mapping[str, Any], flag: str = "--team") -> str:
+def team_of(me: Mapping[str, Any]) -> str:
     """The one team `me` (the hub's answer to `GET /v1/whoami`) may submit for; TeamNotGiven,
-    naming `flag` and the teams there are, when that is not one team."""
+    naming `--team` and the teams there are, when that is not one team."""
     user = me.get("user") or "this token"
     roles: Mapping[str, str] = me.get("teams") or {}
     if me.get("admin"):
-        raise TeamNotGiven(f"say which team with {flag}: {user} is an admin, of every team")
+        raise TeamNotGiven(f"say which team with --team: {user} is an admin, of every team")
     teams = sorted(team for team, role in roles.items() if role in SUBMITTING)
     if len(teams) == 1:
         return teams[0]
     if teams:
-        raise TeamNotGiven(f"say which team with {flag}: {user} may submit for {', '.join(teams)}")
+        raise TeamNotGiven(f"say which team with --team: {user} may submit for {', '.join(teams)}")
     held = ", ".join(f"{role} of {team}" for team, role in sorted(roles.items()))
     raise TeamNotGiven(
         f"{user} may submit for no team ({held or 'no role in any team'}): a submission needs"
@@ -43,8 +43,8 @@ def team_of(me: Mapping[str, Any], flag: str = "--team") -> str:
     )
 
 
-def fill_team(spec: dict[str, Any], client: WhoAsks, flag: str = "--team") -> None:
+def fill_team(spec: dict[str, Any], client: WhoAsks) -> None:
     """Set `spec`'s team to the caller's one team when neither the flags nor the spec's file
     named one (`team_of`); one request to the hub, only then."""
     if not spec.get("team"):
-        spec["team"] = team_of(client.whoami(), flag)
+        spec["team"] = team_of(client.whoami())

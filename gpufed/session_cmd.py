@@ -96,10 +96,10 @@ def session_spec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _open(args: argparse.Namespace) -> int:
-    if not session_spec(args)["command"]:
+    spec = session_spec(args)
+    if not spec["command"]:
         print("gpufed session open: give -- the command to run", file=sys.stderr)
         return 2
-    spec = session_spec(args)
     fill_team(spec, args.client)
     try:
         record = args.client.submit(spec)

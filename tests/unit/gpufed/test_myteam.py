@@ -17,7 +17,7 @@ def test_the_one_team_a_member_or_team_admin_may_submit_for() -> None:
 def test_several_teams_are_named_for_the_user_to_choose() -> None:
     me = {"user": "carl", "admin": False, "teams": {"vision": "member", "nlp": "member"}}
     with pytest.raises(TeamNotGiven) as raised:
-        team_of(me, "--team")
+        team_of(me)
     assert str(raised.value) == "say which team with --team: carl may submit for nlp, vision"
 
 
