@@ -147,9 +147,10 @@ def make_runtime_factory(settings: SpokeSettings, api_client: Any = None) -> Run
         from spoke.runtime.kubernetes import KubernetesRuntime
 
         client = api_client or _api_client(settings)
+        kube_guard = _guard(settings)
 
         def build(sink: EventSink) -> Runtime:
-            return KubernetesRuntime(client, sink, settings.id)
+            return KubernetesRuntime(client, sink, settings.id, guard=kube_guard)
 
         return build
     if settings.runtime == "slurm":

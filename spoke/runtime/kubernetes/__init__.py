@@ -12,7 +12,8 @@ RUNNING once all pods run, then exactly one terminal event per (workload, epoch)
 
 Modules: `runtime` (KubernetesRuntime), `manifests` (the Job and namespace objects), `status`
 (what a Job's or pod's status means), `tracking` (tracked workloads and the events they report),
-`jobs` (the API calls), `watch` (the list/watch threads).
+`jobs` (the API calls), `watch` (the list/watch threads), `lease` (a fenced Job's deadline: the
+spoke's lease, so it ends without its spoke) and `keeper` (which moves those deadlines on).
 """
 
 from spoke.runtime.kubernetes.jobs import FENCE_GRACE_S

@@ -32,6 +32,11 @@ from spoke.kube import (
     request_json,
     request_json_unless,
 )
+from spoke.runtime.kubernetes.lease import (
+    ANNOTATION_FENCED,
+    ANNOTATION_MAX_RUNTIME,
+    start_time_of,
+)
 from spoke.runtime.kubernetes.manifests import (
     ANNOTATION_ENDPOINT,
     namespace_manifest,
@@ -86,13 +91,20 @@ class SpokeJobs:
         team = labels_of(job).get(LABEL_TEAM, "")
         namespace = meta(job).get("namespace") or self.namespace_for(team)
         spec = job.get("spec") or {}
+        annotations = annotations_of(job)
+        limit = annotations.get(ANNOTATION_MAX_RUNTIME, "")
+        deadline = spec.get("activeDeadlineSeconds")
         return Tracked(
             workload_id=workload_id,
             epoch=epoch,
             namespace=str(namespace),
             job_name=str(meta(job).get("name")),
             nodes=int(spec.get("completions") or 1),
-            endpoint=annotations_of(job).get(ANNOTATION_ENDPOINT, ""),
+            endpoint=annotations.get(ANNOTATION_ENDPOINT, ""),
+            fenced=annotations.get(ANNOTATION_FENCED) == "true",
+            max_runtime_s=int(limit) if limit.isdigit() else None,
+            started_at=start_time_of(job),
+            deadline_s=deadline if isinstance(deadline, int) else None,
         )
 
     async def list_jobs(self) -> list[Mapping[str, Any]]:
@@ -161,6 +173,19 @@ class SpokeJobs:
                 namespace,
                 policy,
             )
+
+    async def set_deadline(self, tracked: Tracked, seconds: int | None) -> None:
+        """Set the Job's activeDeadlineSeconds (lease.py; None: none); a Job gone meanwhile
+        is left."""
+        patch = {"spec": {"activeDeadlineSeconds": seconds}}
+        await request_json_unless(
+            {404},
+            f"set the deadline of job {tracked.namespace}/{tracked.job_name}",
+            self._batch.patch_namespaced_job,
+            tracked.job_name,
+            tracked.namespace,
+            patch,
+        )
 
     async def mark_reported(self, tracked: Tracked, phase: EventPhase) -> None:
         """Annotate the finished Job so a restarted spoke does not report it again."""

@@ -30,6 +30,7 @@ from spoke.kube import (
     label_value,
 )
 from spoke.ports import Launch
+from spoke.runtime.kubernetes.lease import ANNOTATION_FENCED, ANNOTATION_MAX_RUNTIME, JobLease
 
 DEFAULT_PRIORITY_CLASSES: Mapping[str, str] = {
     "production": "gpufed-production",
@@ -117,8 +118,10 @@ def build_job(
     spoke_label: str,
     image: str,
     priority_class: str | None,
+    lease: JobLease | None = None,
 ) -> dict[str, Any]:
-    """The batch/v1 Job for one launch. Raises PermanentSpokeError for what it cannot express."""
+    """The batch/v1 Job for one launch; `lease`: a fenced one's (lease.py). Raises
+    PermanentSpokeError for what it cannot express."""
     spec = launch.spec
     hosts, resource = _placement(launch)
     labels = {
@@ -212,6 +215,13 @@ def build_job(
         pod_spec["subdomain"] = job_name  # with the headless Service: <job>-<rank>.<job>
     if spec.max_runtime_s is not None:
         job_spec["activeDeadlineSeconds"] = spec.max_runtime_s
+    if lease is not None:
+        annotations[ANNOTATION_FENCED] = "true"
+        if spec.max_runtime_s is not None:
+            annotations[ANNOTATION_MAX_RUNTIME] = str(spec.max_runtime_s)
+        if lease.deadline_s is not None:
+            job_spec["activeDeadlineSeconds"] = lease.deadline_s
+        pod_spec["terminationGracePeriodSeconds"] = lease.grace_s
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

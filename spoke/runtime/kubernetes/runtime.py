@@ -10,6 +10,8 @@ them into RuntimeEvents; the API calls live in jobs.py.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,9 +22,11 @@ from kubernetes.client.exceptions import ApiException
 
 from schemas import EventPhase, RuntimeCapabilities
 from spoke.errors import PermanentSpokeError, SpokeError
+from spoke.fencing import Guard
 from spoke.kube import ANNOTATION_REPORTED, annotations_of, label_value, meta
 from spoke.ports import EventSink, Launch
 from spoke.runtime.kubernetes.jobs import SpokeJobs
+from spoke.runtime.kubernetes.keeper import DeadlineKeeper
 from spoke.runtime.kubernetes.manifests import (
     DEFAULT_PRIORITY_CLASSES,
     build_job,
@@ -44,7 +48,8 @@ class KubernetesRuntime:
 
     `priority_class_map` maps gpufed priority classes to Kubernetes PriorityClass names
     (default: "production" -> "gpufed-production" etc., shipped in deploy/base/spoke); a class
-    missing from the map runs with the cluster's default priority.
+    missing from the map runs with the cluster's default priority. With `guard` (the spoke's
+    fence rule), fenced Jobs carry the spoke's lease as their deadline (lease.py).
     """
 
     def __init__(
@@ -55,6 +60,7 @@ class KubernetesRuntime:
         default_image: str = "busybox:1.36",
         namespace_prefix: str = "gpufed-",
         priority_class_map: Mapping[str, str] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         batch = k8s.BatchV1Api(api_client)
         core = k8s.CoreV1Api(api_client)
@@ -68,6 +74,12 @@ class KubernetesRuntime:
         self._jobs = SpokeJobs(batch, core, self._spoke_label, namespace_prefix, networking)
         self._tracker = Tracker(self._jobs, sink)
         self._watcher = Watcher(batch, core, self._jobs.selector, self._tracker.on_change)
+        self._keeper = (
+            None
+            if guard is None
+            else DeadlineKeeper(guard, self._jobs, lambda: self._tracker.workloads.values())
+        )
+        self._lease_keeper: asyncio.Task[None] | None = None
 
     # -- the Runtime port -------------------------------------------------------------------
 
@@ -92,6 +104,8 @@ class KubernetesRuntime:
             await self.fence(launch.workload_id, launch.epoch)
         namespace = self.namespace_for(launch.spec.team)
         job_name = job_name_for(launch.workload_id, launch.epoch)
+        created_at = time.time()
+        lease = None if self._keeper is None else self._keeper.job_lease(launch, created_at)
         manifest = build_job(
             launch,
             namespace=namespace,
@@ -99,6 +113,7 @@ class KubernetesRuntime:
             spoke_label=self._spoke_label,
             image=launch.spec.image or self._default_image,
             priority_class=self._priority_class(launch.spec.priority_class),
+            lease=lease,
         )
         await self._jobs.ensure_namespace(namespace, launch.spec.team)
         tracked = Tracked(
@@ -112,6 +127,10 @@ class KubernetesRuntime:
                 if launch.spec.kind.exposes_port
                 else ""
             ),
+            fenced=lease is not None,
+            max_runtime_s=launch.spec.max_runtime_s,
+            started_at=created_at,  # until the watch sees the Job's startTime (not earlier)
+            deadline_s=manifest["spec"].get("activeDeadlineSeconds"),
         )
         # Registered before the create so that no watch event of the new Job goes unheard.
         self._tracker.workloads[launch.workload_id] = tracked
@@ -195,6 +214,8 @@ class KubernetesRuntime:
                 continue
             tracked = self._jobs.tracked_from_job(job, workload_id, epoch)
             tracked.seen = True
+            if tracked.started_at is None:  # it started before now: its deadline comes early
+                tracked.started_at = time.time()
             self._tracker.workloads[workload_id] = tracked
             outcome = job_outcome(job)
             if outcome is None:
@@ -216,7 +237,12 @@ class KubernetesRuntime:
         return {t.workload_id: t.epoch for t in self._tracker.workloads.values() if not t.done}
 
     async def close(self) -> None:
-        """Stop the watch threads; the Jobs keep running and a new process adopts them."""
+        """Stop the watch threads and the deadlines' keeper; the Jobs keep running (until
+        their deadlines, the fenced ones) and a new process adopts them."""
+        if self._lease_keeper is not None:
+            self._lease_keeper.cancel()
+            await asyncio.gather(self._lease_keeper, return_exceptions=True)
+            self._lease_keeper = None
         await self._watcher.close()
 
     # -- beyond the port --------------------------------------------------------------------
@@ -263,6 +289,8 @@ class KubernetesRuntime:
     def _prepare(self) -> None:
         self._tracker.prepare()
         self._watcher.prepare()
+        if self._keeper is not None and self._lease_keeper is None:
+            self._lease_keeper = asyncio.create_task(self._keeper.run(), name="k8s-leases")
 
     def _priority_class(self, name: str) -> str | None:
         mapped = self._priority_classes.get(name)

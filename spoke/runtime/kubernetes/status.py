@@ -11,6 +11,7 @@ from typing import Any
 
 from schemas import EventPhase
 from spoke.kube import meta
+from spoke.runtime.kubernetes.lease import FENCED_MESSAGE, fenced_by_lease
 from spoke.runtime.kubernetes.manifests import CONTAINER_NAME
 
 #: Container states that never heal on their own: the workload fails at once and its Job is
@@ -38,7 +39,8 @@ class Outcome:
 
 
 def job_outcome(job: Mapping[str, Any]) -> Outcome | None:
-    """The terminal outcome a Job's conditions state, or None while it runs."""
+    """The terminal outcome a Job's conditions state, or None while it runs; a fenced Job its
+    lease stopped (lease.py) was preempted, reason `fenced`."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("status") != "True":
             continue
@@ -46,6 +48,9 @@ def job_outcome(job: Mapping[str, Any]) -> Outcome | None:
         if kind == "Complete":
             return Outcome(EventPhase.SUCCEEDED, exit_code=0)
         if kind in ("Failed", "FailureTarget"):
+            if condition.get("reason") == "DeadlineExceeded" and fenced_by_lease(job):
+                # Not the workload's failure: it runs again elsewhere, no restart counted.
+                return Outcome(EventPhase.PREEMPTED, reason="fenced", message=FENCED_MESSAGE)
             return Outcome(
                 EventPhase.FAILED,
                 reason=str(condition.get("reason") or "JobFailed"),

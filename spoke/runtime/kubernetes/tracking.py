@@ -18,6 +18,7 @@ from schemas import EventPhase
 from spoke.errors import SpokeError
 from spoke.kube import meta
 from spoke.ports import EventSink, RuntimeEvent
+from spoke.runtime.kubernetes.lease import start_time_of
 from spoke.runtime.kubernetes.status import FATAL_WAITING_REASONS, Outcome, job_outcome, pod_state
 
 log = structlog.get_logger(__name__)
@@ -35,6 +36,11 @@ class Tracked:
     job_name: str
     nodes: int
     endpoint: str = ""  # a session's or service's URL (its Service), reported with RUNNING
+    # Under the spoke's lease (lease.py): its Job's deadline moves on as the hub is heard.
+    fenced: bool = False
+    max_runtime_s: int | None = None
+    started_at: float | None = None  # its Job's status.startTime, else when it was created
+    deadline_s: int | None = None  # its Job's activeDeadlineSeconds as last set
     seen: bool = False  # its Job was seen in the watch (so a relist without it means deleted)
     running_reported: bool = False
     done: bool = False
@@ -161,6 +167,9 @@ class Tracker:
         tracked.seen = True
         if tracked.done or tracked.stopping:
             return
+        started = start_time_of(job)
+        if started is not None:
+            tracked.started_at = started
         if deleted:
             await self.finish(
                 tracked,
