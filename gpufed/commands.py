@@ -203,6 +203,9 @@ def _jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
+    if not records:
+        print(_none_listed(args), file=sys.stderr)
+        return 0
     head = ("ID", "NAME", "TEAM", "CLASS", "PRIO", "POS", "GPUS", "PHASE", "SPOKE", "WAIT")
     rows = [(*head, "RUN", "REASON / URL")]
     now = time.time()
@@ -229,6 +232,16 @@ def _jobs(args: argparse.Namespace) -> int:
         )
     _table(rows)
     return 0
+
+
+def _none_listed(args: argparse.Namespace) -> str:
+    """What an empty `gpufed jobs` means: nothing in those phases, or a team misspelt."""
+    if args.team:
+        known = sorted(t["team"] for t in args.client.teams())
+        if args.team not in known:
+            return f"no workloads: no team {args.team!r} (teams: {', '.join(known) or 'none'})"
+    of = f" of team {args.team}" if args.team else ""
+    return f"no workloads{of}" + (f" in phase {args.phase}" if args.phase else "")
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -172,6 +172,16 @@ def test_a_member_of_one_team_need_not_name_it(
         "token of its team\n"
     )
 
+    # An empty listing says so, and a team the hub has never heard of (a typo) is named.
+    monkeypatch.delenv("GPUFED_TOKEN")  # the admin, who may list any team's work
+    code, out, err = gpufed(capsys, "jobs", "--team", "vision", "--phase", "failed")
+    assert (code, out, err) == (0, "", "no workloads of team vision in phase failed\n")
+    code, out, err = gpufed(capsys, "jobs", "--team", "visoin")
+    assert (code, out) == (0, "")
+    assert err.startswith("no workloads: no team 'visoin' (teams: ") and "vision" in err
+    code, out, _ = gpufed(capsys, "jobs", "--team", "visoin", "--json")
+    assert (code, json.loads(out)) == (0, [])
+
 
 def test_without_a_token_the_cli_says_how_to_get_one(
     hub: Federation, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
