@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from bus.loglines import LineThrottle
 from hub import transitions
-from hub.core import lifecycle
+from hub.core import gpumodels, lifecycle
 from hub.core.fencing import SUSPICIOUS, EventRefusal, refuse_event
 from hub.core.lifecycle import EndReason, Event, live_attempt
 from hub.core.origin import forged_burst_labels
@@ -91,6 +91,7 @@ class Handlers(Intake):
         now = state.clock()
         self.leases.heard(now)
         state.reports[report.spoke_id] = report
+        gpumodels.learn(state.gpu_models, {node.gpu_model for node in report.nodes})
         spoke = state.spokes.get(report.spoke_id)
         is_new = spoke is None
         # A spoke that got no work until now (suspect, or last heard before this hub started

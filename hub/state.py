@@ -43,6 +43,8 @@ class HubState:
     policy: Policy
     workloads: Records = field(default_factory=Records)  # non-terminal only
     reports: dict[str, CapacityReport] = field(default_factory=dict)
+    # Every GPU model a spoke has reported: case-folded name -> its spelling (core.gpumodels).
+    gpu_models: dict[str, str] = field(default_factory=dict)
     spokes: dict[str, SpokeRecord] = field(default_factory=dict)
     instances: dict[str, InstanceEvent] = field(default_factory=dict)  # latest per instance
     cordons: dict[str, Cordon] = field(default_factory=dict)  # spokes out of placement

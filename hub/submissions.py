@@ -13,6 +13,7 @@ import structlog
 from bus.loglines import LineThrottle
 from hub.audit import log_written
 from hub.authstore import AuditEntry
+from hub.core import gpumodels
 from hub.errors import InvalidWorkload, TooMany, Unavailable
 from hub.ids import new_workload_id
 from hub.records import WorkloadRecord
@@ -73,6 +74,10 @@ class Submissions:
                 f"priority class {spec.priority_class!r} is not defined (known: {known})",
                 field="priority_class",
             )
+        if spec.gpu_models:  # `h100` is the fleet's `H100`
+            models = gpumodels.canonical(spec.gpu_models, self.state.gpu_models)
+            if models is not spec.gpu_models:
+                spec = spec.model_copy(update={"gpu_models": models})
         now = self.state.clock()
         workload_id = new_workload_id()
         while workload_id in self.state.workloads:  # never one id for two workloads

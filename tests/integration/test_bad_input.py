@@ -182,6 +182,19 @@ async def test_workload_that_fits_nowhere_stays_queued_with_a_reason(
         assert needle in record["message"]
 
 
+async def test_a_gpu_model_typed_in_another_case_runs_on_the_fleets(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "H100"))
+    await fed.wait_spokes(1)
+    # `h100` is the H100 the spoke reports; `b200`, which no spoke has, stays as typed.
+    wid = await fed.submit(**{**GOOD, "name": "lower", "gpu_models": ["b200", "h100"]})
+    record = await fed.wait_phase(wid, {Phase.SUCCEEDED, Phase.FAILED})
+    assert (record["phase"], record["spoke_id"]) == ("succeeded", "eu-1")
+    assert record["spec"]["gpu_models"] == ["b200", "H100"]
+
+
 async def until_reason(fed: InProcessFederation, wid: str) -> None:
     async def has_reason() -> bool:
         return bool((await fed.workload(wid))["reason"])

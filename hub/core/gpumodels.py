@@ -1,0 +1,27 @@
+"""GPU model names as people type them: taken in the fleet's spelling, whatever the case.
+
+Spokes report their GPUs' models (`H100`, `A100-SXM4-80GB`), and placement matches a
+workload's `gpu_models` to them exactly. A data scientist who types `--gpu-model h100` means
+`H100`; taken as typed, the workload would wait for ever behind "no schedulable node has h100
+GPUs" while H100s idle, and burst (which matches models whatever their case) could rent an
+H100 it cannot use. So the hub takes a submitted model the fleet spells otherwise only in case
+in the fleet's spelling; one no spoke has reported is kept as typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def learn(known: dict[str, str], models: Iterable[str]) -> None:
+    """Note the models a spoke reports in `known` (case-folded name -> the spelling first
+    reported); a spelling once learnt stays, so one workload's model never moves between two."""
+    for model in models:
+        known.setdefault(model.casefold(), model)
+
+
+def canonical(models: tuple[str, ...], known: Mapping[str, str]) -> tuple[str, ...]:
+    """`models`, each in the fleet's spelling where the fleet knows it under another case; the
+    very tuple when none changes."""
+    spelt = tuple(known.get(model.casefold(), model) for model in models)
+    return models if spelt == models else spelt
