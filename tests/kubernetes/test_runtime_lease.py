@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -205,3 +206,24 @@ async def test_a_lease_too_short_for_whole_seconds_is_left_to_the_living_spoke(
         lease.heard()
         await anyio.sleep(0.5)
     assert deadline_of(cluster) == 7200  # its max runtime only
+
+
+async def test_a_job_taken_over_at_start_gets_the_lease_it_should_have(
+    make_guarded: MakeGuarded, cluster: Cluster, events: EventLog, lease: Lease, identity: Any
+) -> None:
+    runtime = make_guarded(events)
+    await runtime.adopt()
+    # A create that timed out but landed (under a longer lease then): the same Place again
+    # finds the Job there.
+    meta = {"name": JOB, "namespace": NS, **identity("wl-train-1", 3)}
+    meta["annotations"]["gpufed.io/fenced"] = "true"
+    started = float(int(time.time()))
+    status = {"startTime": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    spec = {"activeDeadlineSeconds": 9999}
+    cluster.put_job({"kind": "Job", "metadata": meta, "spec": spec, "status": status})
+
+    await runtime.start(launch(restart_policy="on_failure"))
+
+    await cluster.eventually(
+        lambda: started + (deadline_of(cluster) or 10_000) <= lease.deadline, limit_s=3
+    )

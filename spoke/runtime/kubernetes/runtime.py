@@ -129,7 +129,7 @@ class KubernetesRuntime:
             ),
             fenced=lease is not None,
             max_runtime_s=launch.spec.max_runtime_s,
-            started_at=created_at,  # until the watch sees the Job's startTime (not earlier)
+            started_at=created_at,  # a moment before its startTime, until the watch sees that
             deadline_s=manifest["spec"].get("activeDeadlineSeconds"),
         )
         # Registered before the create so that no watch event of the new Job goes unheard.
@@ -307,6 +307,10 @@ class KubernetesRuntime:
                 f"{self._spoke_id} did not create for workload {tracked.workload_id}"
             )
         tracked.seen = True
+        # Its deadline is the one to move on (an earlier process set it), from its own start.
+        found = self._jobs.tracked_from_job(job, tracked.workload_id, tracked.epoch)
+        tracked.deadline_s = found.deadline_s
+        tracked.started_at = found.started_at or tracked.started_at
         log.info("workload_job_exists", workload=tracked.workload_id, epoch=tracked.epoch)
         if annotations_of(job).get(ANNOTATION_REPORTED):
             tracked.done = True  # it ended and was reported by an earlier process
