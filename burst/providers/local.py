@@ -289,23 +289,27 @@ class LocalProvider:
         return True
 
     def _signal(self, record: _Record, sig: signal.Signals) -> None:
-        if not self._alive(record):  # checked right before: never signal a reused pid
+        # Checked right before, and only a process known to be ours: never a reused pid.
+        if not self._alive(record, known_ours=True):
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(record.pid, sig)
 
-    def _alive(self, record: _Record) -> bool:
+    def _alive(self, record: _Record, known_ours: bool = False) -> bool:
+        """Whether the instance's process has not ended yet. Without our handle on it (a
+        provider started after it), from /proc: a process between two programs (its
+        arguments not there yet, or not any more as it exits) counts as not ended, unless
+        `known_ours` (to signal it) is asked."""
         proc = self._procs.get(record.burst_id)
         if proc is not None and proc.pid == record.pid:
             return proc.poll() is None
         try:
-            raw = Path(f"/proc/{record.pid}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{record.pid}/cmdline").read_bytes()
+            stat = "" if cmdline else Path(f"/proc/{record.pid}/stat").read_text()
         except OSError:
             return False
-        # A zombie has an empty cmdline; another process on a reused pid has other arguments.
-        args = raw.split(b"\0")
-        wanted = record.burst_id.encode()
-        return any(a == b"--id" and b == wanted for a, b in itertools.pairwise(args))
+        ours = running_as(record.burst_id, cmdline, stat)
+        return ours is True or (ours is None and not known_ours)
 
     def _info(self, record: _Record) -> InstanceInfo:
         if self._alive(record):
@@ -353,6 +357,26 @@ class LocalProvider:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"instances": kept}, indent=1), encoding="utf-8")
         os.replace(tmp, path)  # atomic: a crash leaves the old file or the new one
+
+
+#: A kernel thread's flag in /proc/PID/stat: it never has a command line.
+_PF_KTHREAD = 0x00200000
+
+
+def running_as(burst_id: str, cmdline: bytes, stat: str) -> bool | None:
+    """Whether the process of /proc/PID/`cmdline` (and, when that is empty, /proc/PID/`stat`)
+    is the spoke of `burst_id`: True; another program (a reused pid), a zombie or a kernel
+    thread: False; None for one between two programs, whose arguments are not there yet
+    (exec under way) or not any more (it is exiting, its memory already given back): not
+    ended, but not known to be ours either."""
+    if cmdline:
+        args = cmdline.split(b"\0")
+        wanted = burst_id.encode()
+        return any(a == b"--id" and b == wanted for a, b in itertools.pairwise(args))
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 7 or fields[0] in ("Z", "X") or int(fields[6]) & _PF_KTHREAD:
+        return False
+    return None
 
 
 def _wait_for_cmdline(proc: subprocess.Popen[bytes], limit_s: float = 2.0) -> None:
