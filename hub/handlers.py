@@ -65,6 +65,7 @@ class Handlers(Intake):
         self._reconcile = reconcile
         self.spoke_records = SpokeRecords(state)
         self._finished_lines = LineThrottle()  # `workloads_finished` at most every second
+        self._respelling: set[asyncio.Task[None]] = set()
 
     async def on_capacity(self, msg: Msg) -> None:
         """`spoke.<id>.capacity`: renew the spoke's lease, keep its report."""
@@ -91,7 +92,10 @@ class Handlers(Intake):
         now = state.clock()
         self.leases.heard(now)
         state.reports[report.spoke_id] = report
-        gpumodels.learn(state.gpu_models, {node.gpu_model for node in report.nodes})
+        if gpumodels.learn(state.gpu_models, {node.gpu_model for node in report.nodes}):
+            respell = asyncio.create_task(self._respell_queued(), name="hub-respell-models")
+            self._respelling.add(respell)  # the loop keeps only a weak reference
+            respell.add_done_callback(self._respelling.discard)
         spoke = state.spokes.get(report.spoke_id)
         is_new = spoke is None
         # A spoke that got no work until now (suspect, or last heard before this hub started
@@ -255,6 +259,27 @@ class Handlers(Intake):
         state.counters["events"] += len(events)
         if any(e.phase != EventPhase.RUNNING for _, _, e in events):
             state.trigger()  # devices freed or work requeued; a start changes no plan
+
+    async def _respell_queued(self) -> None:
+        """A model new to the fleet: queued work that asked for it in another case asks for
+        it in the fleet's spelling from now on (saved with the next cycle, as events are)."""
+        state = self.state
+        async with state.lock:
+            for record in state.workloads.values():
+                spec = record.spec
+                if record.phase != Phase.QUEUED or not spec.gpu_models:
+                    continue
+                models = gpumodels.canonical(spec.gpu_models, state.gpu_models)
+                if models is not spec.gpu_models:
+                    record.spec = spec.model_copy(update={"gpu_models": models})
+                    state.unsaved[record.id] = record
+            if state.unsaved and state.paced:
+                state.trigger()
+            elif state.unsaved:
+                try:
+                    await state.save_unsaved()
+                except Exception:  # they stay unsaved: the next save takes them
+                    log.exception("respelt_workloads_not_saved", count=len(state.unsaved))
 
     def _event_refused(
         self, subject: str, event: WorkloadEvent, refusal: EventRefusal | None

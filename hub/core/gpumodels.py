@@ -5,7 +5,9 @@ workload's `gpu_models` to them exactly. A data scientist who types `--gpu-model
 `H100`; taken as typed, the workload would wait for ever behind "no schedulable node has h100
 GPUs" while H100s idle, and burst (which matches models whatever their case) could rent an
 H100 it cannot use. So the hub takes a submitted model the fleet spells otherwise only in case
-in the fleet's spelling; one no spoke has reported is kept as typed.
+in the fleet's spelling; one no spoke has reported is kept as typed until one does (a cloud
+spoke burst rented for it, a spoke that joins later), when the queued work that asked for it
+is spelt as the fleet spells it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 
-def learn(known: dict[str, str], models: Iterable[str]) -> None:
+def learn(known: dict[str, str], models: Iterable[str]) -> list[str]:
     """Note the models a spoke reports in `known` (case-folded name -> the spelling first
-    reported); a spelling once learnt stays, so one workload's model never moves between two."""
+    reported); a spelling once learnt stays, so one workload's model never moves between two.
+    Returns the models new to `known`."""
+    new = []
     for model in models:
-        known.setdefault(model.casefold(), model)
+        key = model.casefold()
+        if key not in known:
+            known[key] = model
+            new.append(model)
+    return new
 
 
 def canonical(models: tuple[str, ...], known: Mapping[str, str]) -> tuple[str, ...]:

@@ -195,6 +195,22 @@ async def test_a_gpu_model_typed_in_another_case_runs_on_the_fleets(
     assert record["spec"]["gpu_models"] == ["b200", "H100"]
 
 
+async def test_queued_work_asking_for_a_model_in_another_case_runs_once_a_spoke_has_it(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 8, "A100"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(**{**GOOD, "name": "lower", "gpu_models": ["h100"]})
+    await until_reason(fed, wid)  # no H100 anywhere yet: it waits, as typed
+    assert (await fed.workload(wid))["spec"]["gpu_models"] == ["h100"]
+
+    await fed.start_spoke("eu-2", "eu", nodes("eu-2", 1, 8, "H100"))  # a spoke that has them
+    record = await fed.wait_phase(wid, {Phase.SUCCEEDED, Phase.FAILED})
+    assert (record["phase"], record["spoke_id"]) == ("succeeded", "eu-2")
+    assert record["spec"]["gpu_models"] == ["H100"]
+
+
 async def until_reason(fed: InProcessFederation, wid: str) -> None:
     async def has_reason() -> bool:
         return bool((await fed.workload(wid))["reason"])

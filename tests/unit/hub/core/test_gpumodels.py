@@ -7,8 +7,8 @@ from hub.core.gpumodels import canonical, learn
 
 def test_a_model_is_taken_in_the_spelling_the_fleet_reported_first() -> None:
     known: dict[str, str] = {}
-    learn(known, ["H100", "A100-SXM4-80GB"])
-    learn(known, ["h100"])  # another spoke's spelling: the first one stays
+    assert learn(known, ["H100", "A100-SXM4-80GB"]) == ["H100", "A100-SXM4-80GB"]
+    assert learn(known, ["h100"]) == []  # another spoke's spelling: the first one stays
     assert canonical(("h100", "a100-sxm4-80gb"), known) == ("H100", "A100-SXM4-80GB")
     assert canonical(("B200", "h100"), known) == ("B200", "H100")  # unknown: as typed
 
