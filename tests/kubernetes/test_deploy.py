@@ -199,6 +199,9 @@ def test_spoke_rbac_is_exactly_what_the_inventory_and_runtime_use() -> None:
             ("", "pods", "delete"),
             ("", "services", "create"),
             ("", "services", "delete"),
+            ("", "secrets", "create"),
+            ("", "secrets", "patch"),
+            ("", "secrets", "delete"),
             ("", "namespaces", "create"),
             ("networking.k8s.io", "networkpolicies", "create"),
         },
@@ -222,7 +225,7 @@ def test_spoke_writes_are_confined_to_team_namespaces_by_admission_policy() -> N
     assert "startsWith('gpufed-')" in expressions, "the runtime's default namespace prefix"
     assert "pod-security.kubernetes.io/enforce" in expressions
     watched = {r["resources"][0] for r in policy["spec"]["matchConstraints"]["resourceRules"]}
-    assert watched == {"jobs", "pods", "services", "namespaces", "networkpolicies"}
+    assert watched == {"jobs", "pods", "services", "secrets", "namespaces", "networkpolicies"}
     assert "== 'restricted'" in expressions, "team namespaces enforce restricted, nothing less"
 
 

@@ -41,6 +41,7 @@ from spoke.runtime.kubernetes.manifests import (
     ANNOTATION_ENDPOINT,
     namespace_manifest,
     network_policies,
+    owned_by_job,
 )
 from spoke.runtime.kubernetes.tracking import Tracked
 
@@ -136,6 +137,47 @@ class SpokeJobs:
             namespace,
             manifest,
         )
+
+    async def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        """Create a Job's Secret of secret env values before the Job (one of that name exists:
+        an earlier try of the same epoch made it, with the same values, and it is kept)."""
+        name = manifest["metadata"]["name"]
+        await request_json_unless(
+            {409},
+            f"create secret {namespace}/{name}",
+            self._core.create_namespaced_secret,
+            namespace,
+            manifest,
+        )
+
+    async def own_secret(self, namespace: str, name: str, job_uid: str) -> None:
+        """Make the Job named `name` the owner of its Secret, so that it goes with the Job; a
+        failure is logged (the Job runs; its Secret stays until deleted by hand)."""
+        patch = {"metadata": {"ownerReferences": [owned_by_job(name, job_uid)]}}
+        try:
+            await request_json_unless(
+                {404},
+                f"give secret {namespace}/{name} to its job",
+                self._core.patch_namespaced_secret,
+                name,
+                namespace,
+                patch,
+            )
+        except SpokeError as exc:
+            log.warning("secret_not_owned", namespace=namespace, secret=name, error=str(exc))
+
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        """Delete a Job's Secret (already gone: a no-op); a failure is logged, not raised."""
+        try:
+            await request_json_unless(
+                {404},
+                f"delete secret {namespace}/{name}",
+                self._core.delete_namespaced_secret,
+                name,
+                namespace,
+            )
+        except SpokeError as exc:
+            log.warning("secret_not_deleted", namespace=namespace, secret=name, error=str(exc))
 
     async def read_job(self, tracked: Tracked) -> dict[str, Any]:
         """The tracked workload's Job as it is now."""

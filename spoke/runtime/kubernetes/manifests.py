@@ -97,7 +97,7 @@ def build_service(
         "annotations": {ANNOTATION_WORKLOAD: launch.workload_id},
     }
     if job_uid:
-        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid}
+        owner = owned_by_job(job_name, job_uid)
         metadata["ownerReferences"] = [owner]
     ports = []
     if launch.spec.kind.exposes_port:
@@ -133,7 +133,13 @@ def build_job(
         LABEL_MANAGED_BY: MANAGED_BY,
     }
     annotations = {ANNOTATION_WORKLOAD: launch.workload_id, ANNOTATION_DECISION: launch.decision_id}
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in spec.env.items()]
+    secret = set(spec.secret_env)
+    env: list[dict[str, Any]] = [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": job_name, "key": k}}}
+        if k in secret
+        else {"name": k, "value": v}
+        for k, v in spec.env.items()
+    ]
     env += [
         {"name": "GPUFED_WORKLOAD_ID", "value": launch.workload_id},
         {"name": "GPUFED_EPOCH", "value": str(launch.epoch)},
@@ -233,6 +239,37 @@ def build_job(
         },
         "spec": job_spec,
     }
+
+
+def build_env_secret(launch: Launch, *, namespace: str, job_name: str) -> dict[str, Any] | None:
+    """The v1 Secret of the values of the spec's `secret_env`, named as its Job, whose container
+    reads them by reference (`build_job`): they are in no Job or pod spec, so not in `kubectl
+    describe` nor in the API server's audit log of them. None for a spec without any."""
+    spec = launch.spec
+    values = {k: spec.env[k] for k in spec.secret_env if k in spec.env}
+    if not values:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": job_name,
+            "namespace": namespace,
+            "labels": {
+                LABEL_WORKLOAD: label_value(launch.workload_id),
+                LABEL_EPOCH: str(launch.epoch),
+                LABEL_MANAGED_BY: MANAGED_BY,
+            },
+            "annotations": {ANNOTATION_WORKLOAD: launch.workload_id},
+        },
+        "type": "Opaque",
+        "stringData": values,
+    }
+
+
+def owned_by_job(job_name: str, job_uid: str) -> dict[str, Any]:
+    """An ownerReference to a Job: the cluster deletes the object with it, however that ends."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid}
 
 
 def namespace_manifest(namespace: str, team: str) -> dict[str, Any]:

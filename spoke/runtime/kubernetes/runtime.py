@@ -29,6 +29,7 @@ from spoke.runtime.kubernetes.jobs import SpokeJobs
 from spoke.runtime.kubernetes.keeper import DeadlineKeeper
 from spoke.runtime.kubernetes.manifests import (
     DEFAULT_PRIORITY_CLASSES,
+    build_env_secret,
     build_job,
     build_service,
     endpoint_for,
@@ -115,6 +116,7 @@ class KubernetesRuntime:
             priority_class=self._priority_class(launch.spec.priority_class),
             lease=lease,
         )
+        secret = build_env_secret(launch, namespace=namespace, job_name=job_name)
         await self._jobs.ensure_namespace(namespace, launch.spec.team)
         tracked = Tracked(
             workload_id=launch.workload_id,
@@ -135,11 +137,20 @@ class KubernetesRuntime:
         # Registered before the create so that no watch event of the new Job goes unheard.
         self._tracker.workloads[launch.workload_id] = tracked
         try:
-            created = await self._jobs.create_job(namespace, job_name, manifest)
+            if secret is not None:  # first: a pod started without it could not start
+                await self._jobs.create_secret(namespace, secret)
+            try:
+                created = await self._jobs.create_job(namespace, job_name, manifest)
+            except SpokeError:
+                if secret is not None:
+                    await self._jobs.delete_secret(namespace, job_name)
+                raise
+            uid = meta(created).get("uid") if created is not None else None
+            if secret is not None and uid:
+                await self._jobs.own_secret(namespace, job_name, uid)
             if created is None:
                 await self._take_over_existing(tracked)
             if tracked.has_service:
-                uid = meta(created).get("uid") if created is not None else None
                 service = build_service(launch, namespace=namespace, job_name=job_name, job_uid=uid)
                 await self._jobs.create_service(namespace, service)
         except SpokeError as exc:
