@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp.web
 import attrs
@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client as k8s
 
 from schemas import EventPhase
+from spoke.fencing import Guard
 from spoke.kube import (
     ANNOTATION_WORKLOAD,
     LABEL_EPOCH,
@@ -270,8 +271,13 @@ def events() -> EventLog:
     return EventLog()
 
 
-#: Builds a runtime for this spoke around an event log (several per test for restarts).
-MakeRuntime = Callable[["EventLog"], KubernetesRuntime]
+class MakeRuntime(Protocol):
+    """Builds a runtime for this spoke around an event log (several per test for restarts),
+    with the spoke's fence rule when given one."""
+
+    def __call__(self, sink: EventLog, guard: Guard | None = None) -> KubernetesRuntime: ...
+
+
 #: Labels and annotations that make a hand-made object one of this spoke's.
 Identity = Callable[[str, int], dict[str, Any]]
 
@@ -281,8 +287,8 @@ async def make_runtime(api_client: k8s.ApiClient) -> AsyncIterator[MakeRuntime]:
     """Build runtimes for this spoke (several for restart tests); all closed at the end."""
     made: list[KubernetesRuntime] = []
 
-    def make(sink: EventLog) -> KubernetesRuntime:
-        runtime = KubernetesRuntime(api_client, sink, SPOKE_ID)
+    def make(sink: EventLog, guard: Guard | None = None) -> KubernetesRuntime:
+        runtime = KubernetesRuntime(api_client, sink, SPOKE_ID, guard=guard)
         made.append(runtime)
         return runtime
 

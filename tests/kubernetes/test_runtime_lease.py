@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from kubernetes import client as k8s
 
 from schemas import EventPhase
 from spoke.fencing import Guard
 from spoke.runtime.kubernetes import KubernetesRuntime
-from tests.kubernetes.conftest import SPOKE_ID, Cluster, EventLog
+from tests.kubernetes.conftest import Cluster, EventLog, MakeRuntime
 from tests.kubernetes.test_runtime_jobs import launch
 
 NS = "gpufed-ml"
@@ -59,20 +58,10 @@ MakeGuarded = Callable[[EventLog], KubernetesRuntime]
 
 
 @pytest.fixture
-async def make_guarded(api_client: k8s.ApiClient, lease: Lease) -> AsyncIterator[MakeGuarded]:
-    made: list[KubernetesRuntime] = []
+def make_guarded(make_runtime: MakeRuntime, lease: Lease) -> MakeGuarded:
+    """Runtimes under the spoke's fence rule, its state in `lease`'s file."""
     guard = Guard(lease.path, heartbeat_s=HEARTBEAT_S, stop_grace_s=GRACE_S)
-
-    def make(sink: EventLog) -> KubernetesRuntime:
-        runtime = KubernetesRuntime(api_client, sink, SPOKE_ID, guard=guard)
-        made.append(runtime)
-        return runtime
-
-    try:
-        yield make
-    finally:
-        for runtime in made:
-            await runtime.close()
+    return lambda sink: make_runtime(sink, guard)
 
 
 async def start_fenced(runtime: KubernetesRuntime, cluster: Cluster) -> float:
