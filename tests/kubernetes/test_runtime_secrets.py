@@ -7,10 +7,11 @@ import json
 import pytest
 from kubernetes import client as k8s
 
+from schemas import EventPhase
 from spoke.errors import PermanentSpokeError
 from spoke.runtime.kubernetes import KubernetesRuntime
 from spoke.runtime.kubernetes.jobs import SpokeJobs
-from tests.kubernetes.conftest import SPOKE_ID, Cluster
+from tests.kubernetes.conftest import SPOKE_ID, Cluster, EventLog, Identity, MakeRuntime
 from tests.kubernetes.test_runtime_jobs import launch
 
 NS = "gpufed-ml"
@@ -76,3 +77,33 @@ async def test_the_secret_is_given_to_its_job(
     assert given.data["metadata"]["ownerReferences"] == [
         {"apiVersion": "batch/v1", "kind": "Job", "name": JOB, "uid": "uid-of-the-job"}
     ]
+
+
+async def test_the_secret_goes_once_its_workload_ended(
+    runtime: KubernetesRuntime, cluster: Cluster, events: EventLog
+) -> None:
+    await runtime.start(launch(**with_a_secret()))
+    assert cluster.requests("delete", f"{SECRETS}/{JOB}") == []
+
+    complete = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    await cluster.set_job_status(NS, JOB, complete)
+    await events.wait_for(2, "wl-train-1")  # RUNNING (it ran), SUCCEEDED
+
+    await cluster.eventually(lambda: bool(cluster.requests("delete", f"{SECRETS}/{JOB}")))
+
+
+async def test_a_restarted_spoke_deletes_the_secret_of_a_job_that_ended_meanwhile(
+    make_runtime: MakeRuntime, cluster: Cluster, identity: Identity
+) -> None:
+    reads = {"secretKeyRef": {"name": JOB, "key": "HF_TOKEN"}}
+    container = {"name": "workload", "env": [{"name": "HF_TOKEN", "valueFrom": reads}]}
+    meta = {"name": JOB, "namespace": NS, **identity("wl-train-1", 3)}
+    complete = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    spec = {"template": {"spec": {"containers": [container]}}}
+    cluster.put_job({"kind": "Job", "metadata": meta, "spec": spec, "status": complete})
+
+    events = EventLog()
+    await make_runtime(events).adopt()
+
+    assert [e.phase for e in events.terminal("wl-train-1")] == [EventPhase.SUCCEEDED]
+    assert cluster.requests("delete", f"{SECRETS}/{JOB}")

@@ -106,6 +106,7 @@ class SpokeJobs:
             max_runtime_s=int(limit) if limit.isdigit() else None,
             started_at=start_time_of(job),
             deadline_s=deadline if isinstance(deadline, int) else None,
+            has_secret=_reads_its_secret(job),
         )
 
     async def list_jobs(self) -> list[Mapping[str, Any]]:
@@ -313,3 +314,14 @@ class SpokeJobs:
                     return
                 await anyio.sleep(_POLL_S)
         log.warning("workload_pods_linger", workload=tracked.workload_id, waited_s=timeout_s)
+
+
+def _reads_its_secret(job: Mapping[str, Any]) -> bool:
+    """Whether a Job's containers read a Secret named as the Job (its secret env values)."""
+    name = meta(job).get("name")
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return any(
+        ((entry.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name") == name
+        for container in template.get("containers") or []
+        for entry in container.get("env") or []
+    )

@@ -133,6 +133,7 @@ class KubernetesRuntime:
             max_runtime_s=launch.spec.max_runtime_s,
             started_at=created_at,  # a moment before its startTime, until the watch sees that
             deadline_s=manifest["spec"].get("activeDeadlineSeconds"),
+            has_secret=secret is not None,
         )
         # Registered before the create so that no watch event of the new Job goes unheard.
         self._tracker.workloads[launch.workload_id] = tracked

@@ -41,6 +41,7 @@ class Tracked:
     max_runtime_s: int | None = None
     started_at: float | None = None  # its Job's status.startTime, else when it was created
     deadline_s: int | None = None  # its Job's activeDeadlineSeconds as last set
+    has_secret: bool = False  # a Secret of its secret env values, named as its Job
     seen: bool = False  # its Job was seen in the watch (so a relist without it means deleted)
     running_reported: bool = False
     done: bool = False
@@ -73,6 +74,10 @@ class TrackedJobs(Protocol):
 
     async def delete_objects(self, tracked: Tracked, grace_s: float) -> None:
         """Delete its Job and pods (already gone: a no-op); returns before they are gone."""
+        ...
+
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        """Delete a Job's Secret (gone: a no-op); a failure is logged, not raised."""
         ...
 
 
@@ -123,6 +128,9 @@ class Tracker:
             tracked.ended.set()
         if not tracked.stopping and outcome.reason != "JobDeleted":
             await self._jobs.mark_reported(tracked, outcome.phase)
+        if tracked.has_secret:
+            # No pod of it starts again: its secret values go now, not a day later with it.
+            await self._jobs.delete_secret(tracked.namespace, tracked.job_name)
         self._forget_done()
 
     async def explain_failure(self, tracked: Tracked, outcome: Outcome) -> Outcome:
