@@ -266,12 +266,11 @@ class Handlers(Intake):
         state = self.state
         async with state.lock:
             for record in state.workloads.values():
-                spec = record.spec
-                if record.phase != Phase.QUEUED or not spec.gpu_models:
+                if record.phase != Phase.QUEUED:
                     continue
-                models = gpumodels.canonical(spec.gpu_models, state.gpu_models)
-                if models is not spec.gpu_models:
-                    record.spec = spec.model_copy(update={"gpu_models": models})
+                spec = gpumodels.respelt(record.spec, state.gpu_models)
+                if spec is not record.spec:
+                    record.spec = spec
                     state.unsaved[record.id] = record
             if state.unsaved and state.paced:
                 state.trigger()

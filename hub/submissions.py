@@ -74,10 +74,7 @@ class Submissions:
                 f"priority class {spec.priority_class!r} is not defined (known: {known})",
                 field="priority_class",
             )
-        if spec.gpu_models:  # `h100` is the fleet's `H100`
-            models = gpumodels.canonical(spec.gpu_models, self.state.gpu_models)
-            if models is not spec.gpu_models:
-                spec = spec.model_copy(update={"gpu_models": models})
+        spec = gpumodels.respelt(spec, self.state.gpu_models)  # `h100` is the fleet's `H100`
         now = self.state.clock()
         workload_id = new_workload_id()
         while workload_id in self.state.workloads:  # never one id for two workloads

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from schemas import WorkloadSpec
+
 
 def learn(known: dict[str, str], models: Iterable[str]) -> list[str]:
     """Note the models a spoke reports in `known` (case-folded name -> the spelling first
@@ -33,3 +35,12 @@ def canonical(models: tuple[str, ...], known: Mapping[str, str]) -> tuple[str, .
     very tuple when none changes."""
     spelt = tuple(known.get(model.casefold(), model) for model in models)
     return models if spelt == models else spelt
+
+
+def respelt(spec: WorkloadSpec, known: Mapping[str, str]) -> WorkloadSpec:
+    """`spec` asking for its models in the fleet's spelling (`canonical`); the very spec when
+    nothing changes."""
+    if not spec.gpu_models:
+        return spec
+    models = canonical(spec.gpu_models, known)
+    return spec if models is spec.gpu_models else spec.model_copy(update={"gpu_models": models})

@@ -32,11 +32,7 @@ from spoke.kube import (
     request_json,
     request_json_unless,
 )
-from spoke.runtime.kubernetes.lease import (
-    ANNOTATION_FENCED,
-    ANNOTATION_MAX_RUNTIME,
-    start_time_of,
-)
+from spoke.runtime.kubernetes.lease import ANNOTATION_FENCED, max_runtime_of, start_time_of
 from spoke.runtime.kubernetes.manifests import (
     ANNOTATION_ENDPOINT,
     namespace_manifest,
@@ -93,7 +89,6 @@ class SpokeJobs:
         namespace = meta(job).get("namespace") or self.namespace_for(team)
         spec = job.get("spec") or {}
         annotations = annotations_of(job)
-        limit = annotations.get(ANNOTATION_MAX_RUNTIME, "")
         deadline = spec.get("activeDeadlineSeconds")
         return Tracked(
             workload_id=workload_id,
@@ -103,7 +98,7 @@ class SpokeJobs:
             nodes=int(spec.get("completions") or 1),
             endpoint=annotations.get(ANNOTATION_ENDPOINT, ""),
             fenced=annotations.get(ANNOTATION_FENCED) == "true",
-            max_runtime_s=int(limit) if limit.isdigit() else None,
+            max_runtime_s=max_runtime_of(annotations),
             started_at=start_time_of(job),
             deadline_s=deadline if isinstance(deadline, int) else None,
             has_secret=_reads_its_secret(job),

@@ -94,6 +94,12 @@ def start_time_of(job: Mapping[str, Any]) -> float | None:
     return None
 
 
+def max_runtime_of(annotations: Mapping[str, str]) -> int | None:
+    """The workload's own `max_runtime_s` a fenced Job's annotations carry (None: none)."""
+    limit = annotations.get(ANNOTATION_MAX_RUNTIME, "")
+    return int(limit) if limit.isdigit() else None
+
+
 def fenced_by_lease(job: Mapping[str, Any]) -> bool:
     """Whether a Job that ran past its `activeDeadlineSeconds` was stopped by its lease rather
     than its workload's `max_runtime_s`: a fenced Job whose deadline is below that limit."""
@@ -102,10 +108,5 @@ def fenced_by_lease(job: Mapping[str, Any]) -> bool:
     if annotations.get(ANNOTATION_FENCED) != "true":
         return False
     seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
-    limit = annotations.get(ANNOTATION_MAX_RUNTIME)
-    if not isinstance(seconds, int) or not limit:
-        return True
-    try:
-        return seconds < int(limit)
-    except ValueError:
-        return True
+    limit = max_runtime_of(annotations)
+    return not isinstance(seconds, int) or limit is None or seconds < limit

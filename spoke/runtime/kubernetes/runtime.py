@@ -226,8 +226,6 @@ class KubernetesRuntime:
                 continue
             tracked = self._jobs.tracked_from_job(job, workload_id, epoch)
             tracked.seen = True
-            if tracked.started_at is None:  # it started before now: its deadline comes early
-                tracked.started_at = time.time()
             self._tracker.workloads[workload_id] = tracked
             outcome = job_outcome(job)
             if outcome is None:
