@@ -93,6 +93,7 @@ class Handlers(Intake):
         self.leases.heard(now)
         state.reports[report.spoke_id] = report
         if gpumodels.learn(state.gpu_models, {node.gpu_model for node in report.nodes}):
+            state.put_policy(state.policy)  # a quota typed `h100` is the new `H100`'s
             respell = asyncio.create_task(self._respell_queued(), name="hub-respell-models")
             self._respelling.add(respell)  # the loop keeps only a weak reference
             respell.add_done_callback(self._respelling.discard)

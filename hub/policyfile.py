@@ -55,6 +55,7 @@ from pydantic import (
     ValidationError,
 )
 
+from hub.core import gpumodels
 from hub.core.policy import (
     DEFAULT_BURST_DOLLARS_PER_HOUR,
     DEFAULT_CLASSES,
@@ -165,7 +166,12 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         idle=idle_rules(doc.idle),
         consolidation=Consolidation(**doc.consolidation.model_dump()),
     )
-    problems = check_policy(policy) + check_windows(policy)
+    problems = gpumodels.clashes(policy)
+    # One spelling per model before anything adds quotas up or applies a window: a
+    # department's `H100` guarantee holds its teams' `h100` ones, a window's `h100` changes
+    # the teams' `H100` quota.
+    policy = gpumodels.one_spelling(policy)
+    problems += check_policy(policy) + check_windows(policy)
     if problems:
         raise PolicyError("; ".join(problems))
     return policy

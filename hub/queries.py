@@ -50,7 +50,7 @@ class HubView:
 
     @policy.setter
     def policy(self, policy: Policy) -> None:
-        self.state.policy = policy
+        self.state.put_policy(policy)
 
     @property
     def workloads(self) -> dict[str, WorkloadRecord]:

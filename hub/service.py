@@ -270,10 +270,10 @@ class HubService(HubView):
         document = json.dumps(policy_to_dict(policy), sort_keys=True)
         await self.db(self.store.put_setting, POLICY_KEY, document, self.clock())
         async with self.state.lock:
-            self.state.policy = policy
+            self.state.put_policy(policy)
         log.info("policy_changed", source=source, teams=len(policy.teams))
         self.trigger()
-        return policy
+        return self.state.policy  # as in force: its quotas' models in the fleet's spelling
 
     async def _load_policy(self) -> None:
         # A policy file given at start wins and is persisted; else the last one set through
@@ -286,7 +286,7 @@ class HubService(HubView):
             return
         stored = await self.db(self.store.get_setting, POLICY_KEY)
         if stored is not None:
-            self.state.policy = policy_from_dict(json.loads(stored))
+            self.state.put_policy(policy_from_dict(json.loads(stored)))
             log.info("policy_restored", teams=len(self.policy.teams))
 
     # --- submissions and cancellations (NATS and REST share these) ---

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from hub.authstore import AuditEntry
 from hub.cloudwait import Verdicts
+from hub.core import gpumodels
 from hub.core.idle import Activity
 from hub.core.model import RunningWorkload, Unplaced
 from hub.core.policy import Policy
@@ -116,6 +117,11 @@ class HubState:
         if cached is None or cached[0] is not policy or cached[1] != name:
             cached = self._in_force = (policy, name, apply_window(policy, window))
         return cached[2]
+
+    def put_policy(self, policy: Policy) -> None:
+        """Put `policy` in force, its quotas keyed by their models in the fleet's spelling (a
+        team's `h100` quota is an `H100` one); again whenever a spoke reports a new model."""
+        self.policy = gpumodels.respelt_policy(policy, self.gpu_models)
 
     def trigger(self) -> None:
         """Ask for a scheduling cycle soon (debounced by the cycle loop)."""

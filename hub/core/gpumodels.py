@@ -8,12 +8,18 @@ H100 it cannot use. So the hub takes a submitted model the fleet spells otherwis
 in the fleet's spelling; one no spoke has reported is kept as typed until one does (a cloud
 spoke burst rented for it, a spoke that joins later), when the queued work that asked for it
 is spelt as the fleet spells it.
+
+Policy quotas are keyed by model the same way: one policy spells each model one way (the first
+way it names it), and the hub keys them as the fleet spells them, so `h100: {guaranteed: 16}`
+is an H100 guarantee.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 
+from hub.core.policy import Policy, Quota, Team, TeamChange
 from schemas import WorkloadSpec
 
 
@@ -44,3 +50,86 @@ def respelt(spec: WorkloadSpec, known: Mapping[str, str]) -> WorkloadSpec:
         return spec
     models = canonical(spec.gpu_models, known)
     return spec if models is spec.gpu_models else spec.model_copy(update={"gpu_models": models})
+
+
+def respelt_policy(policy: Policy, known: Mapping[str, str]) -> Policy:
+    """`policy` with every quota keyed by its model in `known`'s spelling (teams, departments,
+    the default team and every window's changes); the very policy when none changes.
+
+    Two keys of one mapping that are one model (`check_policy` refuses such a policy) keep
+    the last one's quota.
+    """
+    if all(known.get(model.casefold(), model) == model for model, _ in quota_models(policy)):
+        return policy
+    windows = tuple(
+        replace(
+            w,
+            teams={name: _change(c, known) for name, c in w.teams.items()},
+            departments={name: _quotas(q, known) for name, q in w.departments.items()},
+            default_team=None if w.default_team is None else _change(w.default_team, known),
+        )
+        for w in policy.windows
+    )
+    return replace(
+        policy,
+        teams=tuple(_team(t, known) for t in policy.teams),
+        departments=tuple(replace(d, quotas=_quotas(d.quotas, known)) for d in policy.departments),
+        default_team=_team(policy.default_team, known),
+        windows=windows,
+    )
+
+
+def one_spelling(policy: Policy) -> Policy:
+    """`policy` with each model its quotas name spelt one way: the first way `quota_models`
+    lists it (a window's `h100` changes the team's `H100` quota, not a quota of its own)."""
+    known: dict[str, str] = {}
+    learn(known, (model for model, _ in quota_models(policy)))
+    return respelt_policy(policy, known)
+
+
+def clashes(policy: Policy) -> list[str]:
+    """A problem for every quota keyed by a model its mapping already has in another case
+    (`h100` beside `H100`): one model, two quotas, and which would count is not said."""
+    seen: dict[tuple[str, str], str] = {}
+    problems = []
+    for model, owner in quota_models(policy):
+        first = seen.setdefault((owner, model.casefold()), model)
+        if first != model:
+            problems.append(
+                f"quotas of {owner}: {first} and {model} are one GPU model (names are matched "
+                "whatever their case); give it one quota"
+            )
+    return problems
+
+
+def quota_models(policy: Policy) -> Iterator[tuple[str, str]]:
+    """(model, who it is a quota of) for every quota the policy and its windows set."""
+    for department in policy.departments:
+        yield from ((m, f"department {department.name}") for m in department.quotas)
+    for team in policy.teams:
+        yield from ((m, f"team {team.name}") for m in team.quotas)
+    yield from ((m, "the default team") for m in policy.default_team.quotas)
+    for window in policy.windows:
+        where = f" in window {window.name}"
+        for name, quotas in window.departments.items():
+            yield from ((m, f"department {name}{where}") for m in quotas)
+        for name, change in window.teams.items():
+            yield from ((m, f"team {name}{where}") for m in change.quotas)
+        if window.default_team is not None:
+            yield from ((m, f"the default team{where}") for m in window.default_team.quotas)
+
+
+def _quotas(quotas: Mapping[str, Quota], known: Mapping[str, str]) -> Mapping[str, Quota]:
+    if all(known.get(model.casefold(), model) == model for model in quotas):
+        return quotas
+    return {known.get(model.casefold(), model): quota for model, quota in quotas.items()}
+
+
+def _team(team: Team, known: Mapping[str, str]) -> Team:
+    quotas = _quotas(team.quotas, known)
+    return team if quotas is team.quotas else replace(team, quotas=quotas)
+
+
+def _change(change: TeamChange, known: Mapping[str, str]) -> TeamChange:
+    quotas = _quotas(change.quotas, known)
+    return change if quotas is change.quotas else replace(change, quotas=quotas)

@@ -143,3 +143,33 @@ async def test_explanations_name_the_limit(fed: InProcessFederation) -> None:
     assert (
         "tiny" in record["message"] and "H100" in record["message"] and "1/1" in record["message"]
     )
+
+
+async def test_a_quota_typed_in_another_case_limits_the_fleets_model(
+    fed: InProcessFederation,
+) -> None:
+    # `h100: {limit: 1}` was no H100 limit at all: tiny ran as many H100s as were free.
+    lower = {"version": 1, "teams": [{"name": "tiny", "quotas": {"h100": {"limit": 1}}}]}
+    await fed.start_hub()
+    assert (await put_policy(fed, lower)).json()["teams"][0]["quotas"] == {
+        "h100": {"guaranteed": 0.0, "limit": 1.0}  # no spoke has reported an H100 yet
+    }
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.wait_spokes(1)
+    first = await fed.submit(**long_job("t1", "tiny"))
+    await fed.wait_phase(first, {Phase.RUNNING})
+    second = await fed.submit(**long_job("t2", "tiny"))
+    record: dict[str, Any] = {}
+    for _ in range(100):
+        record = await fed.workload(second)
+        if record["reason"]:
+            break
+        await asyncio.sleep(0.05)
+    assert (record["phase"], record["reason"]) == ("queued", "team_limit")
+    assert "H100" in record["message"] and "1/1" in record["message"]
+    assert fed.api is not None
+    current = (await fed.api.get("/v1/policy")).json()
+    assert current["teams"][0]["quotas"] == {"H100": {"guaranteed": 0.0, "limit": 1.0}}
+    # Set again now that the fleet has H100s: answered in the fleet's spelling.
+    answered = (await put_policy(fed, lower)).json()
+    assert answered["teams"][0]["quotas"] == {"H100": {"guaranteed": 0.0, "limit": 1.0}}

@@ -1,5 +1,5 @@
-"""`gpufed policy set` against a real hub and spoke: a quota for a model no spoke has (a case
-slip) is set as written, and the command says so."""
+"""`gpufed policy set` against a real hub and spoke: a quota for a model no spoke has (a typing
+slip) is set as written, and the command says so; one in another case is the fleet's model."""
 
 from __future__ import annotations
 
@@ -30,17 +30,26 @@ def test_a_quota_for_a_model_no_spoke_has_is_set_and_warned_of(
     fed: Federation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     policy = tmp_path / "policy.yaml"
-    policy.write_text("teams:\n  - name: vision\n    quotas:\n      h100: {guaranteed: 4}\n")
+    policy.write_text("teams:\n  - name: vision\n    quotas:\n      H10O: {guaranteed: 4}\n")
     assert main(["policy", "set", str(policy)]) == 0
     out, err = capsys.readouterr()
     assert out == "policy in force: 1 teams\n"
     assert err == (
-        "gpufed policy set: warning: no spoke has GPU model h100 now (quotas of team vision); "
+        "gpufed policy set: warning: no spoke has GPU model H10O now (quotas of team vision); "
         "did you mean H100?\n"
     )
-    policy.write_text("teams:\n  - name: vision\n    quotas:\n      H100: {guaranteed: 4}\n")
+
+
+def test_a_quota_in_another_case_is_the_fleets_model(
+    fed: Federation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("teams:\n  - name: vision\n    quotas:\n      h100: {guaranteed: 4}\n")
     assert main(["policy", "set", str(policy)]) == 0
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == ""  # no warning: the spoke's H100 is the quota's
+    assert main(["policy", "show"]) == 0
+    shown = capsys.readouterr().out
+    assert "H100:" in shown and "h100" not in shown
 
 
 def test_a_token_for_a_team_the_policy_does_not_list_is_warned_of(
