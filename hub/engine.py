@@ -9,7 +9,9 @@ cycle waits for its commit (the outbox: nothing goes out unsaved), so every cycl
 waited too. The hub now checkpoints every `CHECKPOINT_EVERY_S` on a thread of its own
 (`checkpoint`, PASSIVE: the writer is never blocked, and goes on appending meanwhile), and a
 commit runs one itself only past `AUTO_CHECKPOINT_PAGES`: a backstop for a log that nobody
-checkpoints (another process writing, a hub whose checkpoints fail).
+checkpoints (another process writing, a hub whose checkpoints fail). The checkpoints have a
+connection of their own, and the writer keeps one (`engine_for`): a commit on another
+connection empties a connection's page cache.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
 from sqlmodel import create_engine
 
 #: A commit checkpoints the log itself only past this many pages (40 MB of 4 KB pages: at
@@ -27,14 +30,27 @@ AUTO_CHECKPOINT_PAGES = 10_000
 CHECKPOINT_EVERY_S = 1.0
 
 
-def engine_for(url: str) -> Engine:
-    """The engine for a store URL: psycopg 3 for PostgreSQL; SQLite under WAL."""
+def engine_for(url: str, *, one_connection: bool = False) -> Engine:
+    """The engine for a store URL: psycopg 3 for PostgreSQL; SQLite under WAL.
+
+    SQLite's pool hands out the connection returned last: a connection's page cache is
+    dropped whenever another connection committed since its last transaction, and the pool's
+    default (the one idle longest) made the writer take turns with the connection a
+    checkpoint had opened beside it, reading every page it touched from the file again on
+    every commit. `one_connection`: an engine of a single connection of its own (the
+    checkpoints').
+    """
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         # SQLAlchemy's default PostgreSQL driver is psycopg2; ours is psycopg 3.
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() == "sqlite":
-        engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+        pool: dict[str, Any] = (
+            {"poolclass": StaticPool} if one_connection else {"pool_use_lifo": True}
+        )
+        engine = create_engine(
+            parsed, connect_args={"check_same_thread": False, "timeout": 30}, **pool
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     # pre_ping: a pooled connection dropped by a database restart is replaced, not reused.
@@ -52,9 +68,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 def checkpoint(engine: Engine) -> tuple[int, int] | None:
-    """Copy what the SQLite log holds into the database file, on a pooled connection of its
-    own, beside the writer (PASSIVE); returns the log's pages and those now copied. None for
-    another database, which needs no such thing."""
+    """Copy what the SQLite log holds into the database file, beside the writer (PASSIVE), on
+    `engine`: one that is not the writer's (`engine_for(..., one_connection=True)`), so the
+    writer's connection keeps its pages. Returns the log's pages and those now copied; None
+    for another database, which needs no such thing."""
     if engine.dialect.name != "sqlite":
         return None
     connection = engine.raw_connection()

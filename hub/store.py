@@ -138,6 +138,10 @@ class Store:
         self.url = url
         self.engine: Engine = engine_for(url)
         migrate(self.engine)
+        # What `checkpoint` runs on: for SQLite a connection of its own, so the writer's keeps
+        # its pages (`hub.engine`).
+        sqlite = self.engine.dialect.name == "sqlite"
+        self.checkpoint_engine = engine_for(url, one_connection=True) if sqlite else self.engine
         self._sql = Statements.of(self.engine)
         # What each live workload's saves keep between them (`Kept`): its spec and history as
         # JSON, its attempts as last committed. Forgotten when it ends.
@@ -154,6 +158,7 @@ class Store:
     def close(self) -> None:
         """Close the pooled connections (the store is not usable afterwards)."""
         self.engine.dispose()
+        self.checkpoint_engine.dispose()
 
     # --- workloads ---
 
@@ -470,7 +475,7 @@ class Store:
 
     def checkpoint(self) -> tuple[int, int] | None:
         """SQLite's log copied into the database file, beside the writer (`hub.engine`)."""
-        return checkpoint(self.engine)
+        return checkpoint(self.checkpoint_engine)
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
