@@ -56,8 +56,8 @@ def respelt_policy(policy: Policy, known: Mapping[str, str]) -> Policy:
     """`policy` with every quota keyed by its model in `known`'s spelling (teams, departments,
     the default team and every window's changes); the very policy when none changes.
 
-    Two keys of one mapping that are one model (`check_policy` refuses such a policy) keep
-    the last one's quota.
+    Two keys of one mapping that are one model (`clashes`: `policy_from_dict` refuses such a
+    policy) keep the last one's quota.
     """
     if all(known.get(model.casefold(), model) == model for model, _ in quota_models(policy)):
         return policy
