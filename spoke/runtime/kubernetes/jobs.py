@@ -8,7 +8,7 @@ workload annotation (exact) or label, and the epoch label.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -125,25 +125,23 @@ class SpokeJobs:
 
     async def create_service(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         """Create a session's or service's Service (one of that name exists: kept)."""
-        name = manifest["metadata"]["name"]
-        await request_json_unless(
-            {409},
-            f"create service {namespace}/{name}",
-            self._core.create_namespaced_service,
-            namespace,
-            manifest,
+        await self._create_kept(
+            "service", self._core.create_namespaced_service, namespace, manifest
         )
 
     async def create_secret(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         """Create a Job's Secret of secret env values before the Job (one of that name exists:
         an earlier try of the same epoch made it, with the same values, and it is kept)."""
+        await self._create_kept("secret", self._core.create_namespaced_secret, namespace, manifest)
+
+    @staticmethod
+    async def _create_kept(
+        kind: str, create: Callable[..., Any], namespace: str, manifest: Mapping[str, Any]
+    ) -> None:
+        """Create `manifest` in `namespace`; one of its name already there is kept (409)."""
         name = manifest["metadata"]["name"]
         await request_json_unless(
-            {409},
-            f"create secret {namespace}/{name}",
-            self._core.create_namespaced_secret,
-            namespace,
-            manifest,
+            {409}, f"create {kind} {namespace}/{name}", create, namespace, manifest
         )
 
     async def own_secret(self, namespace: str, name: str, job_uid: str) -> None:
