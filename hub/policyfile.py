@@ -116,6 +116,22 @@ def load_policy(text: str) -> Policy:
 
 def policy_from_dict(data: dict[str, Any]) -> Policy:
     """Build and check a policy from its dict form (as `policy_to_dict` writes it)."""
+    policy = _built(data)
+    return _checked(policy, gpumodels.clashes(policy))
+
+
+def restored_policy(data: dict[str, Any], known: Mapping[str, str]) -> tuple[Policy, list[str]]:
+    """`policy_from_dict` for the policy the store holds, and a note of each quota dropped.
+
+    An older hub stored a policy that names one model twice in a mapping (`H100` beside
+    `h100`); refused, it would keep the hub from starting. Such quotas are settled as that hub
+    had them in force (`gpumodels.settle`, by the fleet's spellings `known`) instead.
+    """
+    policy, dropped = gpumodels.settle(_built(data), known)
+    return _checked(policy, []), dropped
+
+
+def _built(data: dict[str, Any]) -> Policy:
     try:
         doc = _PolicyDoc.model_validate(data)
     except ValidationError as exc:
@@ -124,7 +140,7 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         raise PolicyError(f"version: this hub reads policy version {FORMAT_VERSION}")
     default = doc.default_team
     thresholds = tuple(doc.ordering.thresholds_gpu_s)
-    policy = Policy(
+    return Policy(
         classes=(
             tuple(
                 PriorityClass(c.name, c.value, c.preemptible, c.may_borrow)
@@ -166,12 +182,16 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
         idle=idle_rules(doc.idle),
         consolidation=Consolidation(**doc.consolidation.model_dump()),
     )
-    problems = gpumodels.clashes(policy)
+
+
+def _checked(policy: Policy, problems: list[str]) -> Policy:
+    """`policy` with one spelling for each model, once it and its windows pass their checks;
+    PolicyError names every problem, with the `problems` found before."""
     # One spelling per model before anything adds quotas up or applies a window: a
     # department's `H100` guarantee holds its teams' `h100` ones, a window's `h100` changes
     # the teams' `H100` quota.
     policy = gpumodels.one_spelling(policy)
-    problems += check_policy(policy) + check_windows(policy)
+    problems = problems + check_policy(policy) + check_windows(policy)
     if problems:
         raise PolicyError("; ".join(problems))
     return policy

@@ -25,6 +25,7 @@ from hub import cordons, publishing, transitions
 from hub import reconcile as reconciliation
 from hub.authstore import AuditEntry
 from hub.checkpoints import checkpoints
+from hub.core import gpumodels
 from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
@@ -35,7 +36,7 @@ from hub.idle import IdleReaper
 from hub.intake import validation_error as validation_error
 from hub.leadership import HOLDER_KEY, LEADER_URL_KEY, TERM_KEY, Leadership
 from hub.leases import Leases
-from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict
+from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict, restored_policy
 from hub.ports import Store
 from hub.publishing import Publisher
 from hub.queries import HubView
@@ -211,10 +212,7 @@ class HubService(HubView):
             with contextlib.suppress(Exception):
                 url = await self.db(self.store.get_setting, LEADER_URL_KEY)
                 self.leader_url = url or ""
-                for spoke in await self.db(self.store.spokes):
-                    self.state.spokes[spoke.id] = spoke
-                    if spoke.report is not None:
-                        self.state.reports[spoke.id] = spoke.report
+                await self._load_spokes()
                 await cordons.load(self.state)  # `/v1/spokes` shows them here too
             await asyncio.sleep(2.0)
 
@@ -227,16 +225,20 @@ class HubService(HubView):
                 f"this hub is a standby and takes no writes; send it to the leader {leader}"
             )
 
+    async def _load_spokes(self) -> None:
+        """The spokes the store knows, with their last reports."""
+        for spoke in await self.db(self.store.spokes):
+            self.state.spokes[spoke.id] = spoke
+            if spoke.report is not None:
+                self.state.reports[spoke.id] = spoke.report
+
     async def _load(self) -> None:
-        await self._load_policy()
         state = self.state
+        await self._load_spokes()
+        await self._load_policy()  # the spokes' last reports spell their models
         state.workloads = Records(await self.db(self.store.active))
         state.instances = {i.burst_id: i for i in await self.db(self.store.instances)}
         state.bills = {b.burst_id: b for b in await self.db(self.store.bills)}
-        for spoke in await self.db(self.store.spokes):
-            state.spokes[spoke.id] = spoke
-            if spoke.report is not None:
-                state.reports[spoke.id] = spoke.report
         await cordons.load(state)
         self.trigger()
 
@@ -286,7 +288,13 @@ class HubService(HubView):
             return
         stored = await self.db(self.store.get_setting, POLICY_KEY)
         if stored is not None:
-            self.state.put_policy(policy_from_dict(json.loads(stored)))
+            known: dict[str, str] = {}
+            reports = self.state.reports.values()
+            gpumodels.learn(known, (node.gpu_model for r in reports for node in r.nodes))
+            policy, dropped = restored_policy(json.loads(stored), known)
+            for note in dropped:  # stored by an older hub: `gpufed policy set` stores one quota
+                log.warning("policy_quota_dropped", note=note)
+            self.state.put_policy(policy)
             log.info("policy_restored", teams=len(self.policy.teams))
 
     # --- submissions and cancellations (NATS and REST share these) ---

@@ -16,7 +16,7 @@ is an H100 guarantee.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from hub.core.policy import Policy, Quota, Team, TeamChange
@@ -61,20 +61,78 @@ def respelt_policy(policy: Policy, known: Mapping[str, str]) -> Policy:
     """
     if all(known.get(model.casefold(), model) == model for model, _ in quota_models(policy)):
         return policy
+    return _each_mapping(policy, lambda quotas: _quotas(quotas, known))
+
+
+def settle(policy: Policy, known: Mapping[str, str]) -> tuple[Policy, list[str]]:
+    """`policy` with one quota for each model in each mapping, and a note of every quota
+    dropped: of two keys that are one model (`clashes`), the one in the fleet's spelling
+    (`known`) stays, else the first.
+
+    For a policy an older hub stored: it keyed quotas as written and took workloads' models in
+    the fleet's spelling, so the quota in that spelling was the one in force, the other none.
+    """
+    named: dict[tuple[str, str], list[str]] = {}
+    for model, owner in quota_models(policy):
+        named.setdefault((owner, model.casefold()), []).append(model)
+    notes = []
+    for (owner, _), models in named.items():
+        if len(models) > 1:
+            kept = _kept(models, known)
+            dropped = ", ".join(m for m in models if m != kept)
+            notes.append(
+                f"quotas of {owner}: {kept} kept, {dropped} dropped (one GPU model, names "
+                "matched whatever their case)"
+            )
+    if not notes:
+        return policy, []
+    return _each_mapping(policy, lambda quotas: _one_each(quotas, known)), notes
+
+
+def _kept(models: list[str], known: Mapping[str, str]) -> str:
+    """Which of `models` (one model, spelt several ways) keeps its quota: `settle`."""
+    spelt = known.get(models[0].casefold())
+    return spelt if spelt in models else models[0]
+
+
+def _one_each(quotas: Mapping[str, Quota], known: Mapping[str, str]) -> Mapping[str, Quota]:
+    named: dict[str, list[str]] = {}
+    for model in quotas:
+        named.setdefault(model.casefold(), []).append(model)
+    if all(len(models) == 1 for models in named.values()):
+        return quotas
+    kept = {_kept(models, known) for models in named.values()}
+    return {model: quota for model, quota in quotas.items() if model in kept}
+
+
+def _each_mapping(
+    policy: Policy, change: Callable[[Mapping[str, Quota]], Mapping[str, Quota]]
+) -> Policy:
+    """`policy` with `change` made to every mapping of quotas (teams, departments, the default
+    team and every window's); a team or window whose quotas `change` leaves is the very one."""
+
+    def team(t: Team) -> Team:
+        quotas = change(t.quotas)
+        return t if quotas is t.quotas else replace(t, quotas=quotas)
+
+    def team_change(c: TeamChange) -> TeamChange:
+        quotas = change(c.quotas)
+        return c if quotas is c.quotas else replace(c, quotas=quotas)
+
     windows = tuple(
         replace(
             w,
-            teams={name: _change(c, known) for name, c in w.teams.items()},
-            departments={name: _quotas(q, known) for name, q in w.departments.items()},
-            default_team=None if w.default_team is None else _change(w.default_team, known),
+            teams={name: team_change(c) for name, c in w.teams.items()},
+            departments={name: change(q) for name, q in w.departments.items()},
+            default_team=None if w.default_team is None else team_change(w.default_team),
         )
         for w in policy.windows
     )
     return replace(
         policy,
-        teams=tuple(_team(t, known) for t in policy.teams),
-        departments=tuple(replace(d, quotas=_quotas(d.quotas, known)) for d in policy.departments),
-        default_team=_team(policy.default_team, known),
+        teams=tuple(team(t) for t in policy.teams),
+        departments=tuple(replace(d, quotas=change(d.quotas)) for d in policy.departments),
+        default_team=team(policy.default_team),
         windows=windows,
     )
 
@@ -123,13 +181,3 @@ def _quotas(quotas: Mapping[str, Quota], known: Mapping[str, str]) -> Mapping[st
     if all(known.get(model.casefold(), model) == model for model in quotas):
         return quotas
     return {known.get(model.casefold(), model): quota for model, quota in quotas.items()}
-
-
-def _team(team: Team, known: Mapping[str, str]) -> Team:
-    quotas = _quotas(team.quotas, known)
-    return team if quotas is team.quotas else replace(team, quotas=quotas)
-
-
-def _change(change: TeamChange, known: Mapping[str, str]) -> TeamChange:
-    quotas = _quotas(change.quotas, known)
-    return change if quotas is change.quotas else replace(change, quotas=quotas)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from schemas import Phase
@@ -27,6 +28,17 @@ def long_job(name: str, team: str, klass: str = "batch", gpus: int = 1) -> dict[
         "gpu_model": "H100",
         "command": ["sleep", "60"],
     }
+
+
+async def why_it_waits(fed: InProcessFederation, workload_id: str) -> dict[str, Any]:
+    """The workload's record once the hub says why it waits (or after 5 s)."""
+    record: dict[str, Any] = {}
+    for _ in range(100):
+        record = await fed.workload(workload_id)
+        if record["reason"]:
+            break
+        await asyncio.sleep(0.05)
+    return record
 
 
 async def put_policy(fed: InProcessFederation, policy: dict[str, Any]) -> Any:
@@ -84,6 +96,34 @@ async def test_policy_survives_a_hub_restart(fed: InProcessFederation) -> None:
     assert {t["name"] for t in current["teams"]} == {"vision", "nlp", "tiny"}
 
 
+async def test_a_policy_an_older_hub_stored_with_one_model_twice_keeps_the_hub_up(
+    fed: InProcessFederation,
+) -> None:
+    # An older hub keyed quotas as written: tiny's `h100` quota held nothing beside its
+    # `H100` one, and the stored policy has both. The hub refused it on restore, and did not
+    # start; it starts, and tiny keeps the H100 limit it had.
+    await fed.start_hub()
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
+    await fed.wait_spokes(1)
+    await fed.stop("hub")
+    assert fed.api is not None and fed.hub is not None
+    await fed.api.aclose()
+    stored = {"h100": {"limit": 4}, "H100": {"limit": 1}}  # the one not in force first
+    document = {"version": 1, "teams": [{"name": "tiny", "quotas": stored}]}
+    fed.hub.store.put_setting("policy", json.dumps(document), 0.0)
+    fed.hub.store.close()
+    await fed.start_hub()
+    current = (await fed.api.get("/v1/policy")).json()
+    tiny = next(t for t in current["teams"] if t["name"] == "tiny")
+    assert tiny["quotas"] == {"H100": {"guaranteed": 0, "limit": 1}}
+    first = await fed.submit(**long_job("t1", "tiny"))
+    await fed.wait_phase(first, {Phase.RUNNING}, timeout=30)
+    second = await fed.submit(**long_job("t2", "tiny"))
+    record = await why_it_waits(fed, second)
+    assert (record["phase"], record["reason"]) == ("queued", "team_limit")
+    assert "H100" in record["message"] and "1/1" in record["message"]
+
+
 async def test_team_under_guarantee_reclaims_borrowed_gpus(fed: InProcessFederation) -> None:
     await fed.start_hub()
     await put_policy(fed, POLICY)
@@ -128,16 +168,7 @@ async def test_explanations_name_the_limit(fed: InProcessFederation) -> None:
     first = await fed.submit(**long_job("t1", "tiny"))
     await fed.wait_phase(first, {Phase.RUNNING})
     second = await fed.submit(**long_job("t2", "tiny"))
-
-    async def reason() -> dict[str, Any]:
-        return await fed.workload(second)
-
-    record: dict[str, Any] = {}
-    for _ in range(100):
-        record = await reason()
-        if record["reason"]:
-            break
-        await asyncio.sleep(0.05)
+    record = await why_it_waits(fed, second)
     assert record["phase"] == "queued"
     assert record["reason"] == "team_limit"
     assert (
@@ -159,12 +190,7 @@ async def test_a_quota_typed_in_another_case_limits_the_fleets_model(
     first = await fed.submit(**long_job("t1", "tiny"))
     await fed.wait_phase(first, {Phase.RUNNING})
     second = await fed.submit(**long_job("t2", "tiny"))
-    record: dict[str, Any] = {}
-    for _ in range(100):
-        record = await fed.workload(second)
-        if record["reason"]:
-            break
-        await asyncio.sleep(0.05)
+    record = await why_it_waits(fed, second)
     assert (record["phase"], record["reason"]) == ("queued", "team_limit")
     assert "H100" in record["message"] and "1/1" in record["message"]
     assert fed.api is not None

@@ -10,7 +10,7 @@ import pytest
 from hub.core.gpumodels import canonical, learn, quota_models, respelt_policy
 from hub.core.policy import Department, Policy, Quota, quota_for
 from hub.core.windows import apply_window
-from hub.policyfile import PolicyError, policy_from_dict
+from hub.policyfile import PolicyError, policy_from_dict, restored_policy
 
 
 def test_a_model_is_taken_in_the_spelling_the_fleet_reported_first() -> None:
@@ -84,3 +84,35 @@ def test_two_quotas_of_one_model_in_one_mapping_are_refused() -> None:
         "quotas of team vision: H100 and h100 are one GPU model (names are matched whatever "
         "their case); give it one quota"
     )
+
+
+def test_a_stored_policy_naming_one_model_twice_keeps_the_quota_in_force_before() -> None:
+    # An older hub stored it: quotas keyed as written, workloads' models in the fleet's
+    # spelling, so vision's `H100` quota held and its `h100` one held nothing.
+    stored = {
+        "version": 1,
+        "teams": [{"name": "vision", "quotas": {"h100": {"limit": 5}, "H100": {"limit": 1}}}],
+        "windows": [
+            {"name": "night", "teams": {"vision": {"quotas": {"a100": {}, "A100": {"limit": 2}}}}}
+        ],
+    }
+    policy, dropped = restored_policy(stored, {"h100": "H100"})
+    assert policy.team("vision").quotas == {"H100": Quota(0.0, 1.0)}
+    # No spoke has reported A100: the first one written stays.
+    assert apply_window(policy, policy.windows[0]).team("vision").quotas == {
+        "H100": Quota(0.0, 1.0),
+        "a100": Quota(0.0),
+    }
+    assert dropped == [
+        "quotas of team vision: H100 kept, h100 dropped (one GPU model, names matched "
+        "whatever their case)",
+        "quotas of team vision in window night: a100 kept, A100 dropped (one GPU model, "
+        "names matched whatever their case)",
+    ]
+
+
+def test_a_stored_policy_with_one_quota_for_each_model_is_restored_as_it_is() -> None:
+    stored = {"version": 1, "teams": [{"name": "vision", "quotas": {"H100": {"limit": 1}}}]}
+    policy, dropped = restored_policy(stored, {"h100": "H100"})
+    assert dropped == []
+    assert policy == policy_from_dict(stored)
