@@ -109,7 +109,7 @@ def _each_mapping(
     policy: Policy, change: Callable[[Mapping[str, Quota]], Mapping[str, Quota]]
 ) -> Policy:
     """`policy` with `change` made to every mapping of quotas (teams, departments, the default
-    team and every window's); a team or window whose quotas `change` leaves is the very one."""
+    team and every window's); a team whose quotas `change` leaves is the very team."""
 
     def team(t: Team) -> Team:
         quotas = change(t.quotas)
