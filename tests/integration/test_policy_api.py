@@ -30,11 +30,15 @@ def long_job(name: str, team: str, klass: str = "batch", gpus: int = 1) -> dict[
     }
 
 
-async def why_it_waits(fed: InProcessFederation, workload_id: str) -> dict[str, Any]:
-    """The workload's record once the hub says why it waits (or after 5 s)."""
+async def tinys_second_job(fed: InProcessFederation) -> dict[str, Any]:
+    """Team tiny's second one-H100 job, once the hub says why it waits (or after 5 s): the
+    first has started (within 30 s, as a restarted hub may first wait for the spoke)."""
+    first = await fed.submit(**long_job("t1", "tiny"))
+    await fed.wait_phase(first, {Phase.RUNNING}, timeout=30)
+    second = await fed.submit(**long_job("t2", "tiny"))
     record: dict[str, Any] = {}
     for _ in range(100):
-        record = await fed.workload(workload_id)
+        record = await fed.workload(second)
         if record["reason"]:
             break
         await asyncio.sleep(0.05)
@@ -116,10 +120,7 @@ async def test_a_policy_an_older_hub_stored_with_one_model_twice_keeps_the_hub_u
     current = (await fed.api.get("/v1/policy")).json()
     tiny = next(t for t in current["teams"] if t["name"] == "tiny")
     assert tiny["quotas"] == {"H100": {"guaranteed": 0, "limit": 1}}
-    first = await fed.submit(**long_job("t1", "tiny"))
-    await fed.wait_phase(first, {Phase.RUNNING}, timeout=30)
-    second = await fed.submit(**long_job("t2", "tiny"))
-    record = await why_it_waits(fed, second)
+    record = await tinys_second_job(fed)
     assert (record["phase"], record["reason"]) == ("queued", "team_limit")
     assert "H100" in record["message"] and "1/1" in record["message"]
 
@@ -165,10 +166,7 @@ async def test_explanations_name_the_limit(fed: InProcessFederation) -> None:
     await put_policy(fed, POLICY)
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
     await fed.wait_spokes(1)
-    first = await fed.submit(**long_job("t1", "tiny"))
-    await fed.wait_phase(first, {Phase.RUNNING})
-    second = await fed.submit(**long_job("t2", "tiny"))
-    record = await why_it_waits(fed, second)
+    record = await tinys_second_job(fed)
     assert record["phase"] == "queued"
     assert record["reason"] == "team_limit"
     assert (
@@ -187,10 +185,7 @@ async def test_a_quota_typed_in_another_case_limits_the_fleets_model(
     }
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 4, "H100"))
     await fed.wait_spokes(1)
-    first = await fed.submit(**long_job("t1", "tiny"))
-    await fed.wait_phase(first, {Phase.RUNNING})
-    second = await fed.submit(**long_job("t2", "tiny"))
-    record = await why_it_waits(fed, second)
+    record = await tinys_second_job(fed)
     assert (record["phase"], record["reason"]) == ("queued", "team_limit")
     assert "H100" in record["message"] and "1/1" in record["message"]
     assert fed.api is not None
