@@ -196,7 +196,7 @@ def _from_hub(args: argparse.Namespace) -> int:
     if args.policy is None:
         raise ValueError("--from-hub needs --policy: the proposed policy to compare")
     since_s = parse_since(args.since)
-    history = fetch(args.from_hub, since_s, time.time())
+    history = fetch(args.from_hub, since_s, time.time(), args.on_preempt == "resume")
     if not history.jobs:
         raise ValueError(f"{args.from_hub}: no workload ran in the last {args.since}")
     fleet = load_fleet(args.fleet) if args.fleet else fleet_from_spokes(history.spokes)

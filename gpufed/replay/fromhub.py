@@ -3,10 +3,11 @@
 Reads the hub's REST API: `GET /v1/workloads` (newest first) for the workloads submitted in the
 last `--since`, `GET /v1/policy` for the policy in force and, without `--fleet`, `GET
 /v1/spokes` for the fleet. A workload becomes a job with its spec's shape, team and class, its
-submit time, and as run time what it ran (finish - start; until now while it still runs).
-Workloads that never started have no run time to replay and are left out (counted in
-`skipped`). The token is the other commands' (`gpufed.client.default_token`: `GPUFED_TOKEN`,
-else the file `GPUFED_TOKEN_FILE` names, else `gpufed up`'s `.gpufed/admin.token`).
+submit time, and as run time what its attempts ran (`run_time`), so work that was stopped
+(preempted, drained) and waits or ran again counts with what it ran before. Workloads none of
+whose attempts started have no run time to replay and are left out (counted in `skipped`). The
+token is the other commands' (`gpufed.client.default_token`: `GPUFED_TOKEN`, else the file
+`GPUFED_TOKEN_FILE` names, else `gpufed up`'s `.gpufed/admin.token`).
 """
 
 from __future__ import annotations
@@ -52,10 +53,13 @@ class HubHistory:
     start: float = 0.0
 
 
-def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubHistory:
+def fetch(
+    url: str, since_s: float, now: float, resume: bool = True, timeout_s: float = 30.0
+) -> HubHistory:
     """Read the workloads submitted since `now - since_s`, the policy and the spokes, through
     the CLI's own client (`gpufed.client.HubClient`): the same token, and `url` may list
-    several hubs, comma-separated, as `gpufed up --hubs 2` prints them."""
+    several hubs, comma-separated, as `gpufed up --hubs 2` prints them. `resume`: as
+    `run_time`'s."""
     client = HubClient(url, timeout_s=timeout_s)
     try:
         records = client.workloads(limit=MAX_WORKLOADS)
@@ -67,28 +71,27 @@ def fetch(url: str, since_s: float, now: float, timeout_s: float = 30.0) -> HubH
         client.close()
     if not isinstance(records, list) or not isinstance(policy, dict):
         raise HubFetchError(f"{url} did not answer like a gpufed hub")
-    jobs, skipped, start = to_jobs(records, now - since_s, now)
+    jobs, skipped, start = to_jobs(records, now - since_s, now, resume)
     return HubHistory(jobs, policy, spokes if isinstance(spokes, list) else [], skipped, start)
 
 
 def to_jobs(
-    records: Sequence[Mapping[str, Any]], since: float, now: float
+    records: Sequence[Mapping[str, Any]], since: float, now: float, resume: bool = True
 ) -> tuple[list[Job], Counter[str], float]:
     """Jobs of the workloads submitted at or after `since`, submit times from the first; what
-    was skipped; and when the first was submitted (epoch s; `since` when none was)."""
+    was skipped; and when the first was submitted (epoch s; `since` when none was). `resume`:
+    as `run_time`'s."""
     skipped: Counter[str] = Counter()
     rows: list[tuple[float, str, float, Mapping[str, Any]]] = []
     for record in records:
         submitted = float(record["submitted_at"])
         if submitted < since:
             continue
-        started = record.get("started_at")
-        if started is None:
+        ran = run_time(record, now, resume)
+        if ran is None:
             skipped["never_started"] += 1
             continue
-        finished = record.get("finished_at")
-        end = float(finished) if finished is not None else now
-        rows.append((submitted, str(record["id"]), max(1.0, end - float(started)), record["spec"]))
+        rows.append((submitted, str(record["id"]), max(1.0, ran), record["spec"]))
     rows.sort(key=lambda r: (r[0], r[1]))
     if not rows:
         return [], skipped, since
@@ -108,6 +111,26 @@ def to_jobs(
         for submitted, wid, duration, spec in rows
     ]
     return jobs, skipped, first
+
+
+def run_time(record: Mapping[str, Any], now: float, resume: bool = True) -> float | None:
+    """Seconds `record` ran, from its attempts (`GET /v1/workloads` lists every one; an attempt
+    still running counts until `now`): all of them added up where a stopped job goes on from
+    where it was (`resume`, as `--on-preempt resume` replays it), else the last one that
+    started (it ran again from the start). None when no attempt started.
+
+    Not the record's `started_at`/`finished_at`: they are its latest attempt's, and a workload
+    that ran and now waits again has none (it was skipped as never started).
+    """
+    runs = [
+        (now if attempt.get("ended_at") is None else float(attempt["ended_at"]))
+        - float(attempt["started_at"])
+        for attempt in record.get("attempts") or ()
+        if attempt.get("started_at") is not None
+    ]
+    if not runs:
+        return None
+    return sum(runs) if resume else runs[-1]
 
 
 def fleet_from_spokes(spokes: Sequence[Mapping[str, Any]]) -> Fleet:

@@ -81,6 +81,46 @@ async def test_replays_the_hubs_workloads_under_both_policies(
         assert report["fleet"]["onprem_gpus"] == 4
 
 
+async def test_work_that_was_drained_is_replayed_with_every_run(
+    fed: InProcessFederation, tmp_path: Path
+) -> None:
+    # A workload drained off its spoke waits again, then runs to its end. While it waits the
+    # replay counts it (it was skipped as never started: its record's started_at is None);
+    # once it ended, it lasts both runs under `resume` (it lasted its last run alone).
+    await fed.start_hub()
+    assert fed.api is not None
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(
+        name="train", team="vision", command=["sleep", "3"], restart_policy="on_failure"
+    )
+    await fed.wait_phase(wid, {Phase.RUNNING})
+    await asyncio.sleep(2)
+    assert (await fed.api.post("/v1/spokes/eu-1/drain", json={})).status_code == 200
+    waiting = await fed.wait_phase(wid, {Phase.QUEUED}, timeout=30)
+    assert waiting["started_at"] is None and waiting["attempts"][0]["end_reason"] == "preempted"
+    (tmp_path / "p.yaml").write_text(PROPOSED, encoding="utf-8")
+    args = ("--policy", str(tmp_path / "p.yaml"), "--no-plots", "--cycle-s", "0.01")
+    async with fed.serve() as url:
+        code, stdout, stderr = await replay(
+            url, *args, "--out", str(tmp_path / "waits"), token=fed.admin_token
+        )
+        assert code == 0, stderr
+        assert json.loads(stdout.splitlines()[0]) == {"jobs": 1, "skipped": {}}
+        assert (await fed.api.delete("/v1/spokes/eu-1/cordon")).status_code == 200
+        ended = await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=30)
+        code, _, stderr = await replay(
+            url, *args, "--out", str(tmp_path / "ended"), token=fed.admin_token
+        )
+    assert code == 0, stderr
+    first, second = ended["attempts"]
+    runs = [a["ended_at"] - a["started_at"] for a in (first, second)]
+    assert runs[0] >= 2.0 and runs[1] >= 3.0
+    report = json.loads((tmp_path / "ended" / "in-force" / "report.json").read_text())
+    assert report["jobs"]["finished"] == 1
+    assert report["avg_jct_s"] == pytest.approx(sum(runs), abs=0.1)
+
+
 async def test_a_hub_that_cannot_be_reached_is_a_clear_error(tmp_path: Path) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
