@@ -100,7 +100,11 @@ def add_spoke_command(sub: Any) -> None:
         help="local runtime: address sessions and services listen on (default: this host only)",
     )
     spoke.add_argument(
-        "--expose-url-host", default=None, help="host name in their URLs (default: --expose-host)"
+        "--expose-url-host",
+        default=None,
+        help="host name in their URLs (default: --expose-host); {id} in it is each one's "
+        "workload id, a host name of its own (wildcard DNS), so browsers keep their cookies "
+        "apart",
     )
     spoke.add_argument(
         "--run-as",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,34 @@ log = structlog.get_logger(__name__)
 
 #: Bytes read per chunk.
 CHUNK = 64 * 1024
+#: What the URLs' host name (`--expose-url-host`) may hold in braces: the workload's id.
+ID_PLACEHOLDER = "{id}"
+_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+_SAMPLE_ID = "w19aed7f3b10" + "0123456789ab"  # as long as the hub's ids (hub.ids)
+
+
+def checked_url_host(url_host: str) -> str:
+    """`url_host` if it is a fixed host (name or address), or a host name that holds
+    `{id}` and nothing else in braces; else ValueError, in words."""
+    if "{" not in url_host and "}" not in url_host:
+        return url_host
+    sample = url_host.replace(ID_PLACEHOLDER, _SAMPLE_ID)
+    if "{" in sample or "}" in sample or not _HOST_NAME.fullmatch(sample.lower()):
+        raise ValueError(
+            f"{url_host!r}: with {ID_PLACEHOLDER} (each session's and service's workload id) "
+            "it must be a host name (letters, digits, '-' and '.') with nothing else in "
+            "braces, e.g. {id}.sessions.gpu.example.com"
+        )
+    return url_host
+
+
+def url_of(url_host: str, workload_id: str, port: int) -> str:
+    """The URL of a relay on `port`: `url_host` with `{id}` as `workload_id`, an IPv6 address
+    in brackets. With `{id}` each session and service has a host name of its own, and a
+    browser keeps its cookies to it: it sends a host's cookies to every port of that host."""
+    host = url_host.replace(ID_PLACEHOLDER, workload_id)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class PortRelay:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from schemas import SpokeKind
 from schemas.common import SPOKE_ID_PATTERN
+from spoke.relay import checked_url_host
 
 #: An ended workload's files (log, workspace, load file) are kept a week, those of the last
 #: 10,000 ended workloads at most (spoke.runtime.retention).
@@ -49,7 +50,8 @@ class SpokeSettings(BaseModel):
     )
     metrics_host: str = "127.0.0.1"
     # Local runtime: where sessions and services are exposed (their relays listen), and the
-    # host name their URLs carry (None: expose_host). 127.0.0.1: reachable on this host only.
+    # host name their URLs carry (None: expose_host; `{id}` in it: each workload's id, a host
+    # name of its own). 127.0.0.1: reachable on this host only.
     expose_host: str = "127.0.0.1"
     expose_url_host: str | None = None
     # Local runtime: the unprivileged user workloads run as (the spoke must be root); None:
@@ -66,6 +68,11 @@ class SpokeSettings(BaseModel):
     slurm_partition: str | None = None
     slurm_account: str | None = None
     slurm_qos: str | None = None
+
+    @field_validator("expose_url_host")
+    @classmethod
+    def _url_host(cls, value: str | None) -> str | None:
+        return None if value is None else checked_url_host(value)
 
     @property
     def workdir(self) -> Path:

@@ -23,7 +23,7 @@ from schemas import Assignment, EventPhase, RuntimeCapabilities, WorkloadSpec
 from spoke.errors import SpokeError
 from spoke.fencing import Guard
 from spoke.ports import EventSink, Launch, LogChunk, RuntimeEvent
-from spoke.relay import PortRelay
+from spoke.relay import PortRelay, url_of
 from spoke.runtime.exitlog import ExitLog
 from spoke.runtime.leftovers import Leftovers, log_name, log_of
 from spoke.runtime.processes import alive, end_reason, exit_file, find_wrappers, until_groups_end
@@ -245,8 +245,7 @@ class LocalRuntime:
         run = self._runs.get(workload_id)
         if run is None or run.public_port is None:
             return ""
-        host = f"[{self.url_host}]" if ":" in self.url_host else self.url_host
-        return f"http://{host}:{run.public_port}"
+        return url_of(self.url_host, workload_id, run.public_port)
 
     async def _expose(self, run: _Run) -> str:
         """Start the relay in front of the run's port; its URL ("" when it has no port)."""

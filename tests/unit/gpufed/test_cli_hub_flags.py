@@ -62,6 +62,21 @@ def test_bad_spoke_settings_are_each_named_by_their_flag(
     )
 
 
+def test_a_url_host_may_hold_the_workload_id_and_nothing_else_in_braces(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["spoke", "--id", "eu-1", "--region", "eu", "--expose-url-host", "{port}.gpu.example"]
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == (
+        "gpufed spoke: --expose-url-host: '{port}.gpu.example': with {id} (each session's and "
+        "service's workload id) it must be a host name (letters, digits, '-' and '.') with "
+        "nothing else in braces, e.g. {id}.sessions.gpu.example.com\n"
+    )
+    argv[-1] = "nb_{id}.gpu.example"  # not a host name once the id is in it
+    assert cli.main(argv) == 1
+    assert "--expose-url-host: 'nb_{id}.gpu.example': with {id}" in capsys.readouterr().err
+
+
 def test_the_static_admin_token_comes_from_a_file_never_from_argv(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
