@@ -8,7 +8,7 @@ its rows. A database newer than this code is refused: there are no down-migratio
 
 Each migration is frozen once released: it spells out its own DDL and never imports the
 store's models, which describe the latest schema only. To change the schema, append a
-`Migration` to `MIGRATIONS` and change the models in `hub/store.py` to match (docs/store.md).
+`Migration` to `MIGRATIONS` and change the models in `hub/storetables.py` to match (docs/store.md).
 """
 
 from __future__ import annotations
