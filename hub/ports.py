@@ -64,7 +64,12 @@ class Store(Protocol):
 
     def remove_finished(self, before: float, limit: int) -> int:
         """Remove up to `limit` workloads that ended before `before` (the longest ended first)
-        with their attempts; return how many went. Never a live workload."""
+        with their attempts; return how many went. Never a live workload. When any went,
+        `removed_before` is `before` (or a later one's) from that transaction on."""
+
+    def removed_before(self) -> float | None:
+        """The latest `before` of a `remove_finished` that removed workloads: the runs of
+        workloads that ended before it may be gone. None while none was removed."""
 
     def mark_published(self, decision_ids: Iterable[str] = ()) -> None:
         """Mark these decisions, and those left by `mark_published_later`, published now.

@@ -20,7 +20,7 @@ from hub.metrics import HubMetrics, gpu_counts
 from hub.ports import Store
 from hub.publishing import Publisher
 from hub.records import Cordon, SpokeRecord, WorkloadRecord
-from hub.retention import not_found, removable_before
+from hub.retention import not_found
 from hub.state import HubState
 from hub.usage import GroupBy, InstanceBill, usage_report, usage_series
 from hub.views import teams_view
@@ -139,15 +139,15 @@ class HubView:
         teams: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """GPU-hours of every attempt and instance bills over [since, until) (`hub.usage`);
-        of `teams` only when given. `kept_since`: runs of workloads that ended before it are
-        no longer in the store (`hub.retention`), so a window reaching back further misses
-        them."""
+        of `teams` only when given. `kept_since`: runs of workloads that ended before it may
+        be gone from the store (`hub.retention` removed some), so a window reaching back
+        further may miss them; None while none was removed."""
         now = self.clock()
         end = now if until is None else min(until, now)
         records = await self.state.db(self.store.used_between, since, end, teams)
         bills = await self.state.db(self.store.bills, since, end, teams)
         report = usage_report(records, self.spokes, bills, now, since=since, until=until, by=by)
-        return {**report, "kept_since": removable_before(now, self.state.settings.keep_ended_s)}
+        return {**report, "kept_since": await self.state.db(self.store.removed_before)}
 
     async def usage_series(
         self, since: float, step: float, teams: Sequence[str] | None = None

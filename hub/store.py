@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, delete, text
+from sqlalchemy import Connection, Engine, delete, insert, text, update
 from sqlmodel import Session, col, select
 
 from hub.authstore import AuditEntry
@@ -53,6 +53,8 @@ log = structlog.get_logger(__name__)
 _TERMINAL = [p.value for p in Phase if p.terminal]
 #: Workload ids per query when attempts are read for many workloads (bound parameters).
 _ATTEMPT_BATCH = 500
+#: The setting that keeps `remove_finished`'s latest `before` that removed anything.
+_REMOVED_BEFORE = "ended_removed_before"
 
 
 class Store:
@@ -246,7 +248,11 @@ class Store:
             if ids:
                 conn.execute(delete(attempts).where(attempts.c.workload_id.in_(ids)))
                 conn.execute(delete(workloads).where(workloads.c.id.in_(ids)))
+                _note_removed(conn, before)
         return len(ids)
+
+    def removed_before(self) -> float | None:
+        return _float(self.get_setting(_REMOVED_BEFORE))
 
     def _with_attempts(self, session: Session, rows: Sequence[WorkloadRow]) -> list[WorkloadRecord]:
         attempts: dict[str, list[Attempt]] = defaultdict(list)
@@ -411,3 +417,21 @@ class Store:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+
+def _note_removed(conn: Connection, before: float) -> None:
+    """`before` as the removed workloads' bound, in their transaction, unless a later one is
+    (its `updated_at` too: the store keeps no clock)."""
+    settings = SettingRow.__table__  # type: ignore[attr-defined]
+    key = settings.c.key == _REMOVED_BEFORE
+    kept = _float(conn.execute(select(settings.c.value).where(key)).scalar())
+    if kept is None:
+        conn.execute(
+            insert(settings).values(key=_REMOVED_BEFORE, value=repr(before), updated_at=before)
+        )
+    elif kept < before:
+        conn.execute(update(settings).where(key).values(value=repr(before), updated_at=before))
+
+
+def _float(value: str | None) -> float | None:
+    return None if value is None else float(value)

@@ -83,6 +83,31 @@ async def test_ended_workloads_go_after_their_keep_and_live_ones_stay(
     assert removed == [2.0]
 
 
+async def test_usage_on_a_hub_that_removed_nothing_warns_of_nothing_missing(
+    fed: InProcessFederation,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `gpufed usage` counts from the start unless told: on a new hub it said runs that ended
+    # 90 days before were not counted, "the hub no longer keeps them", when it had removed
+    # nothing.
+    await fed.start_hub(sweep_ended_every_s=0.1)
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(name="done", team="vision", command=["true"])
+    await fed.wait_phase(wid, {Phase.SUCCEEDED})
+    assert fed.api is not None
+    assert (await fed.api.get("/v1/usage")).json()["kept_since"] is None
+    async with fed.serve() as url:
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["usage"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "vision" in out
+
+
 async def test_a_sweep_removes_every_due_workload_in_batches_and_counts_them(
     tmp_path: Path,
 ) -> None:
@@ -93,11 +118,14 @@ async def test_a_sweep_removes_every_due_workload_in_batches_and_counts_them(
         kept = _ended("recent", finished_at=99.5 * DAY)
         live = workload("live", phase=Phase.RUNNING, spoke="s1")
         store.save([*due, kept, live])
+        assert store.removed_before() is None
 
         assert await remove_ended(state, batch=200, pause_s=0) == 450  # 200, 200, then 50
         assert {w.id for w in store.find()} == {"recent", "live"}
         assert state.metrics.registry.get_sample_value("gpufed_workloads_removed_total") == 450
+        assert store.removed_before() == 99 * DAY  # runs that ended before it may be gone
         assert await remove_ended(state, batch=200, pause_s=0) == 0
+        assert store.removed_before() == 99 * DAY
     finally:
         store.close()
 

@@ -92,8 +92,10 @@ def test_ended_workloads_past_their_keep_go_with_their_attempts_longest_ended_fi
         ]
     )
 
+    assert store.removed_before() is None
     assert store.remove_finished(before=200.0, limit=2) == 2
     assert {w.id for w in store.find()} == {"old", "recent", "running", "queued"}
+    assert store.removed_before() == 200.0
     assert store.remove_finished(before=200.0, limit=2) == 1
     assert store.get("old") is None
     with store.engine.connect() as conn:
@@ -102,6 +104,10 @@ def test_ended_workloads_past_their_keep_go_with_their_attempts_longest_ended_fi
     # However late the cut, a live workload never goes.
     assert store.remove_finished(before=1e12, limit=100) == 1
     assert {w.id for w in store.find()} == {"running", "queued"}
+    assert store.remove_finished(before=2e12, limit=100) == 0  # nothing went: no later bound
+    assert store.removed_before() == 1e12
+    assert store.remove_finished(before=100.0, limit=100) == 0
+    assert store.removed_before() == 1e12
     assert store.active()[0].attempts == workload("running", at=1.0, spoke="s2").attempts
 
 
