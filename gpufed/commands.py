@@ -208,12 +208,9 @@ def _jobs(args: argparse.Namespace) -> int:
         return 0
     head = ("ID", "NAME", "TEAM", "CLASS", "PRIO", "POS", "GPUS", "PHASE", "SPOKE", "WAIT")
     rows = [(*head, "RUN", "REASON / URL")]
-    now = time.time()
     for r in records:
-        # A queued one's wait and a running one's run so far (the hub gives them once known).
-        wait = now - r["submitted_at"] if r["phase"] == "queued" else r["wait_s"]
-        running = r["phase"] == "running" and r.get("started_at") is not None
-        run = now - r["started_at"] if running else r["run_s"]
+        # Its waits and runs added up, as the hub counted them when it answered.
+        wait, run = r["wait_s"], r["run_s"]
         rows.append(
             (
                 r["id"],

@@ -145,8 +145,9 @@ def _summary(records: list[dict[str, Any]]) -> None:
     for r in records:
         spec = r["spec"]
         gpus = spec.get("gpu_fraction") or spec["gpus_per_node"] * spec["nodes"]
-        if r.get("run_s") is not None and r["spoke_id"]:
-            gpu_seconds[r["spoke_id"]] += r["run_s"] * gpus
+        for a in r["attempts"]:  # each run on the spoke it ran on
+            if a["started_at"] is not None and a["ended_at"] is not None:
+                gpu_seconds[a["spoke_id"]] += (a["ended_at"] - a["started_at"]) * gpus
         wait = "-" if r.get("wait_s") is None else f"{r['wait_s']:.2f}s"
         run = "-" if r.get("run_s") is None else f"{r['run_s']:.2f}s"
         print(

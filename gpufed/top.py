@@ -113,7 +113,7 @@ def frame(
                 w["spec"]["team"],
                 w["spec"]["priority_class"],
                 _gpus(w["spec"]),
-                f"{now - w['submitted_at']:.0f}s",
+                f"{w['wait_s']:.0f}s",
                 w["message"] or "not looked at yet",
             )
             for w in queued[:QUEUE_ROWS]

@@ -100,6 +100,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         queued, now = record.phase == Phase.QUEUED, hub.clock()
         return WorkloadOut.of(
             record,
+            now,
             priority=hub.policy.priority(record.spec.priority_class),
             position=hub.positions.get(record.id) if queued else None,
             idle_s=flagged_idle_s(hub.state, record, now),

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hub.authstore import AuditEntry, TokenRecord
 from hub.core.access import Principal, Role
+from hub.core.lifecycle import ran_s, waited_s
 from hub.records import Cordon, WorkloadRecord
 from schemas.common import DNS_LABEL_PATTERN, ShortText
 
@@ -26,8 +27,17 @@ class ErrorOut(BaseModel):
 class WorkloadOut(WorkloadRecord):
     """A workload as the API shows it: secret env values masked, wait and run time added."""
 
-    wait_s: float | None = None
-    run_s: float | None = None
+    wait_s: float | None = Field(
+        default=None,
+        description="seconds it has waited for GPUs since its submission, every wait added "
+        "up (a preempted workload waits again; a placed one until it starts): until its end, "
+        "or until the answer while it lives",
+    )
+    run_s: float | None = Field(
+        default=None,
+        description="seconds its attempts have run, added up (one running: until the "
+        "answer); null while none has started",
+    )
     priority: int | None = Field(default=None, description="its class's priority value")
     position: int | None = Field(default=None, description="place in the queue (1 goes first)")
     idle_s: float | None = Field(
@@ -48,6 +58,7 @@ class WorkloadOut(WorkloadRecord):
     def of(
         cls,
         record: WorkloadRecord,
+        now: float,
         priority: int | None = None,
         position: int | None = None,
         idle_s: float | None = None,
@@ -61,11 +72,10 @@ class WorkloadOut(WorkloadRecord):
         data["position"] = position
         data["idle_s"] = None if idle_s is None else round(idle_s, 1)
         data["spec"] = record.spec.redacted()
-        started, finished = record.started_at, record.finished_at
-        data["wait_s"] = None if started is None else round(started - record.submitted_at, 3)
-        data["run_s"] = (
-            None if started is None or finished is None else round(finished - started, 3)
-        )
+        waited = waited_s(record.submitted_at, record.attempts, record.finished_at, now)
+        ran = ran_s(record.attempts, now)
+        data["wait_s"] = round(waited, 3)
+        data["run_s"] = None if ran is None else round(ran, 3)
         return cls.model_validate(data)
 
 

@@ -114,23 +114,23 @@ def to_jobs(
 
 
 def run_time(record: Mapping[str, Any], now: float, resume: bool = True) -> float | None:
-    """Seconds `record` ran, from its attempts (`GET /v1/workloads` lists every one; an attempt
-    still running counts until `now`): all of them added up where a stopped job goes on from
-    where it was (`resume`, as `--on-preempt resume` replays it), else the last one that
-    started (it ran again from the start). None when no attempt started.
+    """Seconds `record` ran: where a stopped job goes on from where it was (`resume`, as
+    `--on-preempt resume` replays it), every attempt's run added up, as the API's `run_s`
+    counts them; else the last attempt that started (it ran again from the start), until
+    `now` while it runs. None when no attempt started.
 
     Not the record's `started_at`/`finished_at`: they are its latest attempt's, and a workload
     that ran and now waits again has none (it was skipped as never started).
     """
-    runs = [
-        (now if attempt.get("ended_at") is None else float(attempt["ended_at"]))
-        - float(attempt["started_at"])
-        for attempt in record.get("attempts") or ()
-        if attempt.get("started_at") is not None
-    ]
-    if not runs:
+    if resume:
+        ran = record.get("run_s")
+        return None if ran is None else float(ran)
+    started = [a for a in record.get("attempts") or () if a.get("started_at") is not None]
+    if not started:
         return None
-    return sum(runs) if resume else runs[-1]
+    last = started[-1]
+    end = now if last.get("ended_at") is None else float(last["ended_at"])
+    return end - float(last["started_at"])
 
 
 def fleet_from_spokes(spokes: Sequence[Mapping[str, Any]]) -> Fleet:

@@ -195,6 +195,27 @@ def live_attempt(attempts: tuple[Attempt, ...]) -> Attempt | None:
     return None
 
 
+def ran_s(attempts: tuple[Attempt, ...], now: float) -> float | None:
+    """Seconds `attempts` ran, added up: each from its start to its end, or to `now` while it
+    runs. None while none has started."""
+    runs = [
+        (now if a.ended_at is None else a.ended_at) - a.started_at
+        for a in attempts
+        if a.started_at is not None
+    ]
+    return sum(runs) if runs else None
+
+
+def waited_s(
+    submitted_at: float, attempts: tuple[Attempt, ...], finished_at: float | None, now: float
+) -> float:
+    """Seconds a workload waited for GPUs, added up: from its submission to its end (`now`
+    while it lives), less what its attempts ran. A preempted workload waits again; a placed
+    one waits until it starts."""
+    until = now if finished_at is None else finished_at
+    return max(0.0, until - submitted_at - (ran_s(attempts, now) or 0.0))
+
+
 def advance(phase: Phase, event: Event) -> Phase:
     """The phase `event` leads to from `phase`; raises IllegalTransition if none."""
     try:

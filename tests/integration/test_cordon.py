@@ -190,6 +190,45 @@ async def test_a_drained_spoke_moves_the_work_that_may_move_and_names_the_rest(
     ]
 
 
+async def test_a_drained_workloads_wait_and_run_add_up_its_attempts(
+    fed: InProcessFederation,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped by a drain, queued again and run to its end: its run is both runs, its wait
+    both waits (the API gave the latest attempt's run, and as its wait the time to its latest
+    start, its first run included)."""
+    await fed.start_hub()
+    assert fed.api is not None
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    wid = await fed.submit(
+        name="train", team="vision", command=["sleep", "2"], restart_policy="on_failure"
+    )
+    await fed.wait_phase(wid, {Phase.RUNNING})
+    await asyncio.sleep(1)
+    assert (await fed.api.post("/v1/spokes/eu-1/drain", json={})).status_code == 200
+    waiting = await fed.wait_phase(wid, {Phase.QUEUED})
+    first = waiting["attempts"][0]
+    assert waiting["run_s"] == pytest.approx(first["ended_at"] - first["started_at"], abs=0.002)
+    await asyncio.sleep(1)  # waiting again: it counts
+    assert (await fed.api.delete("/v1/spokes/eu-1/cordon")).status_code == 200
+    ended = await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=30)
+    runs = [a["ended_at"] - a["started_at"] for a in ended["attempts"]]
+    assert len(runs) == 2 and runs[1] >= 2.0
+    assert ended["run_s"] == pytest.approx(sum(runs), abs=0.002)
+    ran = ended["finished_at"] - ended["submitted_at"]
+    assert ended["wait_s"] == pytest.approx(ran - sum(runs), abs=0.002)
+    assert ended["wait_s"] >= 1.0  # the second wait, after the drain
+    async with fed.serve() as url:  # `gpufed jobs` shows the same
+        monkeypatch.setenv("GPUFED_API", url)
+        monkeypatch.setenv("GPUFED_TOKEN", fed.admin_token)
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["jobs"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(wid))
+    assert f"{ended['wait_s']:.1f}s" in row.split() and f"{ended['run_s']:.1f}s" in row.split()
+
+
 async def _runs_on(fed: InProcessFederation, workload_id: str, spoke_id: str) -> bool:
     record = await fed.workload(workload_id)
     return bool(record["phase"] == "running" and record["spoke_id"] == spoke_id)

@@ -122,7 +122,7 @@ async function queue() {
   fill("queue", records.map((r) => el("tr", { dataset: { id: r.id } },
     el("td", {}, r.position || "-"), el("td", { class: "mono" }, r.id), el("td", {}, r.spec.name),
     el("td", {}, r.spec.team), el("td", {}, r.spec.priority_class), el("td", {}, r.priority),
-    el("td", {}, gpus(r.spec)), el("td", {}, secs(now() - r.submitted_at)),
+    el("td", {}, gpus(r.spec)), el("td", {}, secs(r.wait_s)),
     el("td", { class: "mono" }, r.reason || "-"), el("td", {}, whyWaits(r)))),
   "Nothing is waiting.");
 }
@@ -148,10 +148,10 @@ async function jobs() {
   const records = await api(path);
   fill("jobs", records.map((r) => {
     const live = ["queued", "placed", "running"].includes(r.phase);
-    // A queued job's wait and a running one's run so far, as `gpufed jobs` shows them; and
-    // why it waits or why it failed.
-    const wait = r.phase === "queued" ? now() - r.submitted_at : r.wait_s;
-    const run = r.phase === "running" && r.started_at ? now() - r.started_at : r.run_s;
+    // Its waits and runs added up, as the hub counted them when it answered (as `gpufed jobs`
+    // shows them); and why it waits or why it failed.
+    const wait = r.wait_s;
+    const run = r.run_s;
     const why = r.phase === "queued" ? whyWaits(r) : r.phase === "failed" ? r.message || "" : "";
     return el("tr", { dataset: { id: r.id }, class: r.id === selectedJob ? "selected" : "" },
       el("td", { class: "mono" }, el("a", { href: "#" + r.id, onclick: (e) => { e.preventDefault(); selectJob(r.id); } }, r.id)),

@@ -30,7 +30,7 @@ def listed(
             record.lifecycle = lifecycle.end(
                 record.lifecycle, record.epoch, EndReason.PREEMPTED, end, record.retry_rules
             )
-    return WorkloadOut.of(record).model_dump(mode="json")
+    return WorkloadOut.of(record, NOW).model_dump(mode="json")
 
 
 def test_work_that_ran_and_waits_again_counts_what_it_ran() -> None:
@@ -56,7 +56,7 @@ def test_a_workload_no_attempt_of_which_started_is_skipped() -> None:
     queued = listed("w1", [])
     placed = WorkloadRecord(id="w2", spec=SPEC, submitted_at=0.0)
     placed.lifecycle = lifecycle.place(placed.lifecycle, "eu-1", (), 5.0)
-    rows = [queued, WorkloadOut.of(placed).model_dump(mode="json"), listed("w3", [(1.0, 2.5)])]
+    rows = [queued, WorkloadOut.of(placed, NOW).model_dump(mode="json"), listed("w3", [(1.0, 2.5)])]
     assert run_time(rows[1], NOW) is None
     jobs, skipped, first = to_jobs(rows, 0.0, NOW)
     assert [(j.id, j.duration) for j in jobs] == [("w3", 1.5)]

@@ -262,3 +262,31 @@ def test_each_move_of_an_attempt_keeps_every_field_it_does_not_set() -> None:
         after = moved.attempts[-1]
         kept = {f.name for f in fields} - changed
         assert {k: getattr(after, k) for k in kept} == {k: odd[k] for k in kept}, name
+
+
+# --- what a workload waited and ran, added up ---
+
+RULES = RetryRules(on_failure=True, max_restarts=3)
+
+
+def test_wait_and_run_add_up_every_attempt() -> None:
+    # Submitted at 0, placed at 2, ran 3-10, preempted; placed at 14, ran 15-20, succeeded.
+    lc = placed(at=2.0)
+    lc = lifecycle.start(lc, lc.epoch, 3.0)
+    lc = lifecycle.end(lc, lc.epoch, EndReason.PREEMPTED, 10.0, RULES)
+    assert lc.phase == Phase.QUEUED
+    assert lifecycle.ran_s(lc.attempts, 12.0) == 7.0
+    assert lifecycle.waited_s(0.0, lc.attempts, None, 12.0) == 5.0  # 0-3, then 10-12
+    lc = lifecycle.place(lc, "s2", DEVICES, 14.0)
+    lc = lifecycle.start(lc, lc.epoch, 15.0)
+    assert lifecycle.ran_s(lc.attempts, 18.0) == 10.0  # the running one until now
+    lc = lifecycle.end(lc, lc.epoch, EndReason.SUCCEEDED, 20.0, RULES, 0)
+    assert lifecycle.ran_s(lc.attempts, 99.0) == 12.0
+    assert lifecycle.waited_s(0.0, lc.attempts, 20.0, 99.0) == 8.0  # 0-3, then 10-15
+
+
+def test_work_that_never_started_ran_nothing_and_waited_until_its_end() -> None:
+    lc = placed(at=2.0)  # placed, not started: still waiting
+    assert lifecycle.ran_s(lc.attempts, 5.0) is None
+    assert lifecycle.waited_s(1.0, lc.attempts, None, 5.0) == 4.0
+    assert lifecycle.waited_s(1.0, (), 3.5, 99.0) == 2.5  # cancelled in the queue at 3.5
