@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,20 +199,11 @@ async def test_a_drained_workloads_wait_and_run_add_up_its_attempts(
     """Stopped by a drain, queued again and run to its end: its run is both runs, its wait
     both waits (the API gave the latest attempt's run, and as its wait the time to its latest
     start, its first run included)."""
-    await fed.start_hub()
-    assert fed.api is not None
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
-    await fed.wait_spokes(1)
-    wid = await fed.submit(
-        name="train", team="vision", command=["sleep", "2"], restart_policy="on_failure"
-    )
-    await fed.wait_phase(wid, {Phase.RUNNING})
-    await asyncio.sleep(1)
-    assert (await fed.api.post("/v1/spokes/eu-1/drain", json={})).status_code == 200
-    waiting = await fed.wait_phase(wid, {Phase.QUEUED})
+    wid, waiting = await drained(fed, sleep_s=2, ran_s=1)
     first = waiting["attempts"][0]
     assert waiting["run_s"] == pytest.approx(first["ended_at"] - first["started_at"], abs=0.002)
     await asyncio.sleep(1)  # waiting again: it counts
+    assert fed.api is not None
     assert (await fed.api.delete("/v1/spokes/eu-1/cordon")).status_code == 200
     ended = await fed.wait_phase(wid, {Phase.SUCCEEDED}, timeout=30)
     runs = [a["ended_at"] - a["started_at"] for a in ended["attempts"]]
@@ -227,6 +219,26 @@ async def test_a_drained_workloads_wait_and_run_add_up_its_attempts(
         assert await asyncio.to_thread(main, ["jobs"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(wid))
     assert f"{ended['wait_s']:.1f}s" in row.split() and f"{ended['run_s']:.1f}s" in row.split()
+
+
+async def drained(
+    fed: InProcessFederation, sleep_s: int, ran_s: float
+) -> tuple[str, dict[str, Any]]:
+    """A hub and a spoke `eu-1` of one GPU; a `sleep sleep_s` of vision's (`on_failure`)
+    drained off it once it has run `ran_s`: its id, and its record once queued again (`eu-1`
+    stays cordoned)."""
+    await fed.start_hub()
+    assert fed.api is not None
+    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
+    await fed.wait_spokes(1)
+    command = ["sleep", str(sleep_s)]
+    wid = await fed.submit(
+        name="train", team="vision", command=command, restart_policy="on_failure"
+    )
+    await fed.wait_phase(wid, {Phase.RUNNING})
+    await asyncio.sleep(ran_s)
+    assert (await fed.api.post("/v1/spokes/eu-1/drain", json={})).status_code == 200
+    return wid, await fed.wait_phase(wid, {Phase.QUEUED}, timeout=30)
 
 
 async def _runs_on(fed: InProcessFederation, workload_id: str, spoke_id: str) -> bool:

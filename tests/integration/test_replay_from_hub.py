@@ -16,6 +16,7 @@ import yaml
 
 from schemas import Phase
 from tests.integration.fed import InProcessFederation, nodes
+from tests.integration.test_cordon import drained
 
 pytestmark = pytest.mark.integration
 
@@ -87,17 +88,8 @@ async def test_work_that_was_drained_is_replayed_with_every_run(
     # A workload drained off its spoke waits again, then runs to its end. While it waits the
     # replay counts it (it was skipped as never started: its record's started_at is None);
     # once it ended, it lasts both runs under `resume` (it lasted its last run alone).
-    await fed.start_hub()
+    wid, waiting = await drained(fed, sleep_s=3, ran_s=2)
     assert fed.api is not None
-    await fed.start_spoke("eu-1", "eu", nodes("eu-1", 1, 1, "H100"))
-    await fed.wait_spokes(1)
-    wid = await fed.submit(
-        name="train", team="vision", command=["sleep", "3"], restart_policy="on_failure"
-    )
-    await fed.wait_phase(wid, {Phase.RUNNING})
-    await asyncio.sleep(2)
-    assert (await fed.api.post("/v1/spokes/eu-1/drain", json={})).status_code == 200
-    waiting = await fed.wait_phase(wid, {Phase.QUEUED}, timeout=30)
     assert waiting["started_at"] is None and waiting["attempts"][0]["end_reason"] == "preempted"
     (tmp_path / "p.yaml").write_text(PROPOSED, encoding="utf-8")
     args = ("--policy", str(tmp_path / "p.yaml"), "--no-plots", "--cycle-s", "0.01")
