@@ -76,13 +76,19 @@ class HubClient:
         return self._call("POST", "/v1/workloads", json=spec)  # type: ignore[no-any-return]
 
     def workloads(
-        self, team: str | None = None, phase: str | None = None, limit: int = 500
+        self,
+        team: str | None = None,
+        phase: str | None = None,
+        limit: int = 500,
+        since: float | None = None,
     ) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit}
         if team:
             params["team"] = team
         if phase:
             params["phase"] = phase
+        if since is not None:
+            params["since"] = since
         return self._call("GET", "/v1/workloads", params=params)  # type: ignore[no-any-return]
 
     def workload(self, workload_id: str) -> dict[str, Any]:

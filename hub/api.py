@@ -223,6 +223,9 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         team: Annotated[str | None, Query(max_length=63)] = None,
         phase: Annotated[str | None, Query(max_length=200)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 500,
+        since: Annotated[
+            float | None, Query(ge=0, description="submitted at or after (epoch seconds)")
+        ] = None,
     ) -> list[WorkloadOut]:
         phases = _phases(phase)
         visible = permitted_teams(who, Action.READ)
@@ -231,7 +234,7 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         teams = [team] if team else (None if visible is None else sorted(visible))
         if teams == []:
             return []
-        records = await hub.find_workloads(teams=teams, phases=phases, limit=limit)
+        records = await hub.find_workloads(teams=teams, phases=phases, limit=limit, since=since)
         return [_out(r) for r in records]
 
     @app.get(

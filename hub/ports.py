@@ -47,10 +47,12 @@ class Store(Protocol):
         teams: Sequence[str] | None = None,
         phases: Sequence[Phase] = (),
         limit: int = 500,
+        since: float | None = None,
     ) -> list[WorkloadRecord]:
         """Workloads of `team` (any if None) in `phases` (any if empty), newest first.
 
-        `teams`, when given, keeps only workloads of those teams (an empty list: none).
+        `teams`, when given, keeps only workloads of those teams (an empty list: none);
+        `since`, when given, only those submitted at or after it.
 
         At most `limit`; an unknown team or a phase nobody is in gives an empty list.
         """

@@ -125,10 +125,17 @@ class HubView:
         phases: Sequence[Phase] = (),
         limit: int = 500,
         teams: Sequence[str] | None = None,
+        since: float | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads of a team (or of `teams`) and phases (any if not given), newest first."""
+        """Workloads of a team (or of `teams`) and phases (any if not given), newest first;
+        submitted at or after `since` when given."""
         return await self.state.db(
-            self.store.find, team=team, teams=teams, phases=phases, limit=max(1, limit)
+            self.store.find,
+            team=team,
+            teams=teams,
+            phases=phases,
+            limit=max(1, limit),
+            since=since,
         )
 
     async def usage(

@@ -197,10 +197,14 @@ class Store:
         teams: Sequence[str] | None = None,
         phases: Sequence[Phase] = (),
         limit: int = 500,
+        since: float | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads, newest first; of `team`, or of `teams` when given (None: every team)."""
+        """Workloads, newest first; of `team`, or of `teams` when given (None: every team);
+        submitted at or after `since` when given."""
         with Session(self.engine) as session:
             query = select(WorkloadRow)
+            if since is not None:
+                query = query.where(col(WorkloadRow.submitted_at) >= since)
             if team:
                 query = query.where(WorkloadRow.team == team)
             if teams is not None:

@@ -1,7 +1,8 @@
 """`gpufed replay --from-hub URL`: the federation's own recent workloads as a trace.
 
-Reads the hub's REST API: `GET /v1/workloads` (newest first) for the workloads submitted in the
-last `--since`, `GET /v1/policy` for the policy in force and, without `--fleet`, `GET
+Reads the hub's REST API: `GET /v1/workloads?since=` for the workloads submitted in the last
+`--since` (only those: a hub keeps 90 days of ended work, at about 13 KiB of its memory each
+while it answers), `GET /v1/policy` for the policy in force and, without `--fleet`, `GET
 /v1/spokes` for the fleet. A workload becomes a job with its spec's shape, team and class, its
 submit time, and as run time what its attempts ran (`run_time`), so work that was stopped
 (preempted, drained) and waits or ran again counts with what it ran before. Workloads none of
@@ -62,7 +63,7 @@ def fetch(
     `run_time`'s."""
     client = HubClient(url, timeout_s=timeout_s)
     try:
-        records = client.workloads(limit=MAX_WORKLOADS)
+        records = client.workloads(limit=MAX_WORKLOADS, since=max(0.0, now - since_s))
         policy = client.policy()
         spokes = client.spokes()
     except ApiError as exc:

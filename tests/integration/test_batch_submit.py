@@ -4,6 +4,7 @@ over the limit is refused whole with an error that says so."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -80,3 +81,24 @@ async def test_nats_batch_of_the_largest_size_is_stored_and_runs(
     # They are scheduled like any other submission: the first in the queue runs.
     record = await fed.wait_phase(ids[0], {Phase.SUCCEEDED}, timeout=60)
     assert record["phase"] == "succeeded"
+
+
+async def test_a_list_since_a_time_holds_only_what_was_submitted_from_then(
+    fed: InProcessFederation,
+) -> None:
+    # `gpufed replay --from-hub --since 7d` reads its window only: a hub keeps 90 days of
+    # ended work, and a list of all of it costs the hub about 13 KiB of memory a workload.
+    day = 86400.0
+    shift = [-2 * day]
+    await fed.start_hub(clock=lambda: time.time() + shift[0])
+    assert fed.api is not None
+    old = await fed.api.post("/v1/workloads:batch", json=[GOOD, GOOD])
+    assert old.json()["accepted"] == 2
+    shift[0] = 0.0
+    new = await fed.api.post("/v1/workloads:batch", json=[GOOD])
+    (newest,) = [r["workload_id"] for r in new.json()["results"]]
+    since = {"since": time.time() - day}
+    assert [w["id"] for w in (await fed.api.get("/v1/workloads", params=since)).json()] == [newest]
+    assert len((await fed.api.get("/v1/workloads")).json()) == 3
+    refused = await fed.api.get("/v1/workloads", params={"since": -1})
+    assert refused.status_code == 422

@@ -130,6 +130,7 @@ def test_find_filters_by_team_and_phases_newest_first_with_limit(store: Store) -
         "v1",
     ]
     assert [w.id for w in store.find(phases=[Phase.QUEUED], limit=2)] == ["v4", "v1"]
+    assert [w.id for w in store.find(since=3.0)] == ["v4", "v3", "v2"]  # at or after
 
 
 def test_decisions_stay_unpublished_until_marked(store: Store) -> None:
