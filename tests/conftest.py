@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +47,22 @@ MARKS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "browser": ("browser", "integration"),  # Debian's chromium
     "security": ("security",),
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI runner's timeout, `kill`, `timeout`) stops the run as Ctrl-C does: pytest
+    then tears down what the running tests set up, so every server they started is stopped by
+    its handle. Left to its default, SIGTERM ended pytest on the spot and its nats-server,
+    PostgreSQL and daemons ran on."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # The stream logs went to is pytest's capture, closed before the teardown that follows
+    # ends: a piece logging as it stops would raise there and cut the teardown short.
+    logs.configure(sys.__stderr__, json=False, level="warning")
+    raise KeyboardInterrupt
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

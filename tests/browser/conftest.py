@@ -15,7 +15,7 @@ import uvicorn
 from bus.natsserver import EmbeddedNats
 from bus.ports import free_port
 from hub.core.policy import Policy
-from tests.integration.fed import InProcessFederation
+from tests.integration.fed import InProcessFederation, InProcessServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -82,7 +82,7 @@ class LiveHub:
         config = uvicorn.Config(
             self.fed.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
         )
-        self._server = uvicorn.Server(config)
+        self._server = InProcessServer(config)
         self._task = asyncio.create_task(self._server.serve())
         while not self._server.started:
             await asyncio.sleep(0.02)

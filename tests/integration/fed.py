@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,19 @@ from tests.support.wait import wait_until
 
 def nodes(prefix: str, count: int, gpus: int, model: str) -> list[NodeInventory]:
     return [NodeInventory(f"{prefix}-n{i}", model, gpus) for i in range(count)]
+
+
+class InProcessServer(uvicorn.Server):
+    """uvicorn's server for a test's loop, leaving the process's signals to pytest.
+
+    `uvicorn.Server.serve` takes SIGINT and SIGTERM while it serves, stops itself on one and
+    raises it again as it ends: in a test run that was inside the teardown meant to stop every
+    other server, which it cut short (tests/conftest.py makes SIGTERM pytest's Ctrl-C).
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class InProcessFederation:
@@ -116,7 +129,8 @@ class InProcessFederation:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         assert self.hub_settings is not None
-        server = self.http_server = api_server(self.app, self.hub_settings)
+        server = InProcessServer(api_server(self.app, self.hub_settings).config)
+        self.http_server = server
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
             while not server.started:
