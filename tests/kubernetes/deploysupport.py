@@ -3,6 +3,7 @@ NATS configs on loopback with the trust `gpufed nats-authority init` generates."
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
@@ -78,9 +79,19 @@ def env_of(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
+def _scratch() -> Path:
+    """This test run's folder for the keys and certificates below, removed when the run ends
+    (each run left two such folders of private keys behind)."""
+    directory = Path(tempfile.mkdtemp(prefix="gpufed-deploy-tests-"))
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
+
+
+@functools.cache
 def tls_dir_for_tests() -> Path:
     """Certificates where the configs expect the mounted gpufed-nats-tls Secret (a local CA)."""
-    directory = Path(tempfile.mkdtemp(prefix="gpufed-nats-tls-"))
+    directory = _scratch() / "nats-tls"
+    directory.mkdir()
     files = ensure_local_ca(directory)
     shutil.copy(files.cert_file, directory / "tls.crt")
     shutil.copy(files.key_file, directory / "tls.key")
@@ -96,7 +107,7 @@ def with_test_tls(config_text: str) -> str:
 @functools.cache
 def generated_auth() -> Path:
     """`gpufed nats-authority init --burst` for REGIONS and HUB_SPOKES (made once per run)."""
-    out = Path(tempfile.mkdtemp(prefix="gpufed-nats-auth-")) / "out"
+    out = _scratch() / "nats-auth" / "out"
     write_deploy_auth(
         out,
         now=int(time.time()),
