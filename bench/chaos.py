@@ -161,10 +161,12 @@ class Soak:
                 await link.cut()  # idempotent: then open again
                 await link.restore()
             phases = await asyncio.to_thread(self._drain)
+            return self._verdict(phases)
         finally:
             supervisor.cancel()
             await asyncio.gather(supervisor, return_exceptions=True)
-        return self._verdict(phases)
+            for link in self.links.values():  # its relays end here, not in the loop's close
+                await link.close()
 
     def stop(self) -> None:
         self.fed.stop()
