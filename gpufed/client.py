@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,10 @@ DEFAULT_TOKEN_FILE = Path(".gpufed/admin.token")
 #: the hub names, this many times at most, when that wait is at most RATE_WAIT_MAX_S.
 RATE_WAITS = 10
 RATE_WAIT_MAX_S = 10.0
+#: A request under an Idempotency-Key that no hub answered is sent again, after 0.25 s, 0.5 s,
+#: 1 s ... (at most 4 s apart), for this long: a hub that `gpufed up` starts again is back in
+#: seconds, a standby takes over in about one, and the hub takes the request at most once.
+KEYED_RESEND_S = 30.0
 
 
 def default_token() -> str | None:
@@ -53,11 +58,20 @@ class HubClient:
     names, else to the next replica. A request refused for the caller's rate (429
     rate_limited) is sent again after the `Retry-After` the hub names (RATE_WAITS times at
     most), as Kubernetes' clients do. Nothing is sent twice: a refused request did nothing, and
-    a request is tried elsewhere only when the connection could not be made at all."""
+    a request is tried elsewhere only when the connection could not be made at all, unless it
+    carries an Idempotency-Key (`submit`): that one is sent again wherever and whenever no
+    hub answered it (a broken connection, a timeout, every replica away or standing by), for
+    KEYED_RESEND_S, as the hub takes it at most once."""
 
     def __init__(
-        self, base_url: str | None = None, timeout_s: float = 10.0, token: str | None = None
+        self,
+        base_url: str | None = None,
+        timeout_s: float = 10.0,
+        token: str | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """`say`: told, once a request, when no hub answered it and it will be sent again."""
+        self._say = say
         raw = base_url or os.environ.get("GPUFED_API") or DEFAULT_API
         self.urls = [u.strip().rstrip("/") for u in raw.split(",") if u.strip()] or [DEFAULT_API]
         token = token or default_token()
@@ -72,8 +86,11 @@ class HubClient:
     def close(self) -> None:
         self._http.close()
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "/v1/workloads", json=spec)  # type: ignore[no-any-return]
+    def submit(self, spec: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+        """The workload made of `spec`; under `key` (an Idempotency-Key) sent again until a hub
+        answers, and the same workload for the same key, however often it is sent."""
+        headers = {"Idempotency-Key": key} if key is not None else None
+        return self._call("POST", "/v1/workloads", json=spec, headers=headers)  # type: ignore[no-any-return]
 
     def workloads(
         self,
@@ -216,6 +233,25 @@ class HubClient:
             ) from exc
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        keyed = "Idempotency-Key" in (kwargs.get("headers") or {})
+        deadline, pause = time.monotonic() + KEYED_RESEND_S, 0.25
+        while True:
+            try:
+                response = self._send_once(method, path, **kwargs)
+            except ApiError as exc:
+                if not keyed or time.monotonic() + pause > deadline:
+                    raise
+                why = str(exc)
+            else:
+                if not (keyed and _standing_by(response)) or time.monotonic() + pause > deadline:
+                    return response
+                why = "every hub stands by"
+            if self._say is not None and pause == 0.25:
+                self._say(f"{why}; sending it again for up to {KEYED_RESEND_S:g} s")
+            time.sleep(pause)
+            pause = min(2 * pause, 4.0)
+
+    def _send_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         tried: list[str] = []
         failures: list[str] = []
         response: httpx.Response | None = None
@@ -227,9 +263,9 @@ class HubClient:
             except httpx.ConnectError as exc:  # nothing was sent: another replica may take it
                 failures.append(f"{url} ({exc})")
                 continue
-            except httpx.TransportError as exc:
-                raise ApiError(f"no answer from the hub at {url} ({exc})") from exc
-            if response.status_code == 503 and _code(response) == "not_leader":
+            except httpx.TransportError as exc:  # it may have been taken: not sent elsewhere
+                raise ApiError(f"no answer from the hub at {url} ({exc!r})") from exc
+            if _standing_by(response):
                 self._prefer(_leader_named(response, url))
                 continue
             wait = _rate_wait(response)
@@ -264,6 +300,11 @@ def _rate_wait(response: httpx.Response) -> float | None:
     except ValueError:
         wait = 1.0
     return wait if 0 <= wait <= RATE_WAIT_MAX_S else None
+
+
+def _standing_by(response: httpx.Response) -> bool:
+    """A standby's refusal of a write: nothing was done, and the leader may take it."""
+    return response.status_code == 503 and _code(response) == "not_leader"
 
 
 def _code(response: httpx.Response) -> str:

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,6 +72,12 @@ def add_client_commands(sub: Any) -> None:
         type=_seconds,
         dest="max_runtime_s",
         help="stopped after this long: seconds, 90m, 12h, 2d",
+    )
+    submit.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="taken at most once under KEY, however often sent (default: a new one, printed "
+        "if no hub answered)",
     )
     submit.add_argument("command", nargs=argparse.REMAINDER, help="-- program and arguments")
 
@@ -141,7 +148,9 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             except OSError as exc:
                 print(f"gpufed: cannot read --token-file: {exc}", file=sys.stderr)
                 return 1
-        client = HubClient(args.api, token=token)
+        client = HubClient(
+            args.api, token=token, say=lambda text: print(f"gpufed: {text}", file=sys.stderr)
+        )
         args.client = client
         try:
             return func(args)
@@ -187,9 +196,13 @@ def _submit(args: argparse.Namespace) -> int:
     if command:
         spec["command"] = command
     fill_team(spec, args.client)
+    key = args.idempotency_key or str(uuid.uuid4())  # sent again under it until a hub answers
     try:
-        record = args.client.submit(spec)
+        record = args.client.submit(spec, key)
     except ApiError as exc:  # the hub names the spec's field: name the flag too
+        if not exc.status:  # no hub answered: it may have been taken, and the key says
+            again = f"the same command with `--idempotency-key {key}` takes it at most once"
+            raise ApiError(f"{exc} It may have been taken: {again}.") from None
         raise naming_the_flag(exc, SUBMIT_FLAGS) from None
     if args.json:
         print(json.dumps(record, indent=2))

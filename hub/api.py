@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import structlog
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -40,6 +40,7 @@ from hub.errors import (
     InvalidPolicy,
     InvalidRequest,
     InvalidWorkload,
+    KeyReused,
     NotFound,
     NotLeader,
     RateLimited,
@@ -69,6 +70,7 @@ log = structlog.get_logger(__name__)
 _STATUS = {
     InvalidWorkload: 422,
     InvalidRequest: 422,
+    KeyReused: 422,
     InvalidPolicy: 422,
     NotFound: 404,
     Conflict: 409,
@@ -152,20 +154,37 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         "/v1/workloads",
         status_code=201,
         response_model=WorkloadOut,
-        responses=error_responses(403, 429),
+        responses={
+            200: {"model": WorkloadOut, "description": "Taken before under this Idempotency-Key"},
+            **error_responses(403, 429),
+        },
     )
-    async def submit(spec: WorkloadSpec, who: Caller) -> WorkloadOut:
+    async def submit(
+        spec: WorkloadSpec,
+        who: Caller,
+        response: Response,
+        key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> WorkloadOut:
+        """201 with the new workload; under an `Idempotency-Key` the caller sent before with
+        this spec, 200 with the workload it made then (`Idempotent-Replayed: true`)."""
         what = _what(spec)
         if not allowed(who, Action.SUBMIT, spec.team):
             await sec.auditor.record(who, "submit", team=spec.team, result="denied", detail=what)
             raise Forbidden(_refusal(who, "submit work for", spec.team), field="team")
         try:
-            record = await hub.submit(spec, who.user)
+            if key is None:
+                record, again = await hub.submit(spec, who.user), False
+            else:
+                record, again = await hub.keyed.submit(spec, who.user, key)
         except HubError as exc:
             await sec.auditor.record(
                 who, "submit", team=spec.team, result=exc.code, detail=exc.message
             )
             raise
+        if again:  # nothing new was taken: said so, and in the audit log
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+            what += " (sent again under its Idempotency-Key)"
         await sec.auditor.record(who, "submit", team=spec.team, target=record.id, detail=what)
         return _out(record)
 

@@ -22,6 +22,12 @@ class InvalidRequest(HubError):
     code = "invalid_request"
 
 
+class KeyReused(InvalidRequest):
+    """An Idempotency-Key sent before with another spec: the two are not one request."""
+
+    code = "idempotency_key_reused"
+
+
 class NotFound(HubError):
     code = "not_found"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 
@@ -18,3 +19,13 @@ def new_workload_id() -> str:
 def decision_id(workload_id: str, epoch: int, kind: str) -> str:
     """The id of the one `kind` decision for a workload's assignment epoch."""
     return f"{workload_id}-e{epoch}-{kind}"
+
+
+def keyed_workload_id(team: str, user: str, key: str) -> str:
+    """The id of the workload that `user` submits for `team` under an Idempotency-Key
+    (`hub.keyed`): the same for the same three, so a submission sent again finds the first.
+
+    `w` + 23 hex digits, as long as a minted id (92 bits: two keys never meet by chance).
+    """
+    digest = hashlib.sha256(f"{team}\n{user}\n{key}".encode()).hexdigest()
+    return f"w{digest[:23]}"

@@ -114,10 +114,14 @@ class HubView:
 
     async def get_workload(self, workload_id: str) -> WorkloadRecord:
         """A workload, live or ended; raises NotFound."""
-        record = self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
+        record = await self.find_workload(workload_id)
         if record is None:
             raise NotFound(not_found(workload_id, self.state.settings.keep_ended_s))
         return record
+
+    async def find_workload(self, workload_id: str) -> WorkloadRecord | None:
+        """A workload, live or ended, or None."""
+        return self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
 
     async def find_workloads(
         self,

@@ -34,6 +34,7 @@ from hub.errors import Conflict, HubError, InvalidPolicy, NotFound, NotLeader
 from hub.handlers import Handlers
 from hub.idle import IdleReaper
 from hub.intake import validation_error as validation_error
+from hub.keyed import KeyedSubmits
 from hub.leadership import HOLDER_KEY, LEADER_URL_KEY, TERM_KEY, Leadership
 from hub.leases import Leases
 from hub.policyfile import PolicyError, policy_from_dict, policy_to_dict, restored_policy
@@ -106,6 +107,11 @@ class HubService(HubView):
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
         self.submissions = Submissions(self.state)
+        self.keyed = KeyedSubmits(
+            lambda spec, user, wid: self.submit(spec, user, workload_id=wid),
+            self.find_workload,
+            lambda: self.state.gpu_models,
+        )
         self.services = ServiceController(
             self.state, self.submit, self.cancel, self._refuse_on_standby
         )
@@ -304,12 +310,15 @@ class HubService(HubView):
         spec: WorkloadSpec,
         user: str = "",
         audit: Callable[[WorkloadRecord], AuditEntry] | None = None,
+        workload_id: str = "",
     ) -> WorkloadRecord:
-        """Accept a workload of `user` (who submitted it, where known); raises InvalidWorkload
-        for what policy refuses and TooMany when its team already has its policy's
-        `max_queued` workloads queued. `audit`: the entry that records it, saved with it."""
+        """Accept a workload of `user` (who submitted it, where known) under `workload_id` (or a
+        new id); raises InvalidWorkload for what policy refuses and TooMany when its team
+        already has its policy's `max_queued` workloads queued. `audit`: the entry that
+        records it, saved with it. (`keyed.submit`: under an Idempotency-Key.)"""
         await self._refuse_on_standby()
-        record = self.submissions.new_record(spec, self.submissions.queued_counts(), user)
+        queued = self.submissions.queued_counts()
+        record = self.submissions.new_record(spec, queued, user, workload_id)
         audits = [audit(record)] if audit is not None else []
         await self.submissions.commit([record], audits, alone=True)
         return record
@@ -324,7 +333,7 @@ class HubService(HubView):
         the new record or why it was refused. `audit`: the entry of each accepted one (from
         its spec and workload id), saved with it."""
         await self._refuse_on_standby()
-        results, records, audits = self._accept(specs, user, audit)
+        results, records, audits = self.submissions.accept(specs, user, audit)
         await self.submissions.commit(records, audits)
         return results
 
@@ -335,25 +344,8 @@ class HubService(HubView):
     ) -> tuple[list[WorkloadRecord | HubError], asyncio.Future[None] | None]:
         """`submit_many` for the cycle loop, which plans and saves them next: per spec the new
         record or why it was refused, and what is done once the accepted ones are saved."""
-        results, records, audits = self._accept(specs, "", audit)
+        results, records, audits = self.submissions.accept(specs, "", audit)
         return results, self.submissions.register(records, audits) if records else None
-
-    def _accept(
-        self,
-        specs: Sequence[WorkloadSpec],
-        user: str,
-        audit: Callable[[WorkloadSpec, str], AuditEntry] | None,
-    ) -> tuple[list[WorkloadRecord | HubError], list[WorkloadRecord], list[AuditEntry]]:
-        results: list[WorkloadRecord | HubError] = []
-        queued = self.submissions.queued_counts()
-        for spec in specs:
-            try:
-                results.append(self.submissions.new_record(spec, queued, user))
-            except HubError as exc:
-                results.append(exc)
-        records = [r for r in results if isinstance(r, WorkloadRecord)]
-        audits = [] if audit is None else [audit(r.spec, r.id) for r in records]
-        return results, records, audits
 
     async def cancel(self, workload_id: str) -> WorkloadRecord:
         """Cancel: a queued workload ends at once; a placed one is stopped by its spoke."""

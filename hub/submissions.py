@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -14,7 +14,7 @@ from bus.loglines import LineThrottle
 from hub.audit import log_written
 from hub.authstore import AuditEntry
 from hub.core import gpumodels
-from hub.errors import InvalidWorkload, TooMany, Unavailable
+from hub.errors import HubError, InvalidWorkload, TooMany, Unavailable
 from hub.ids import new_workload_id
 from hub.records import WorkloadRecord
 from hub.state import HubState
@@ -55,9 +55,10 @@ class Submissions:
         return counts
 
     def new_record(
-        self, spec: WorkloadSpec, queued: QueuedCounts, user: str = ""
+        self, spec: WorkloadSpec, queued: QueuedCounts, user: str = "", workload_id: str = ""
     ) -> WorkloadRecord:
-        """A new record for `spec`, counted in `queued`; raises what policy refuses."""
+        """A new record for `spec`, counted in `queued`, under `workload_id` (or a new id:
+        `hub.keyed` names one); raises what policy refuses."""
         unknown = unknown_fields(spec)
         if unknown:  # what was asked is not what would run: refused before any other check
             raise InvalidWorkload(unknown_text(unknown), field=unknown[0][0])
@@ -76,12 +77,30 @@ class Submissions:
             )
         spec = gpumodels.respelt(spec, self.state.gpu_models)  # `h100` is the fleet's `H100`
         now = self.state.clock()
-        workload_id = new_workload_id()
-        while workload_id in self.state.workloads:  # never one id for two workloads
+        while not workload_id or workload_id in self.state.workloads:  # one id, one workload
             workload_id = new_workload_id()
         record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now, user=user)
         record.note(now, "submitted")
         return record
+
+    def accept(
+        self,
+        specs: Sequence[WorkloadSpec],
+        user: str,
+        audit: Callable[[WorkloadSpec, str], AuditEntry] | None,
+    ) -> tuple[list[WorkloadRecord | HubError], list[WorkloadRecord], list[AuditEntry]]:
+        """New records for what policy allows of `specs`: per spec, in order, the record or
+        why it was refused; the records; their audit entries (`audit`: from spec and id)."""
+        results: list[WorkloadRecord | HubError] = []
+        queued = self.queued_counts()
+        for spec in specs:
+            try:
+                results.append(self.new_record(spec, queued, user))
+            except HubError as exc:
+                results.append(exc)
+        records = [r for r in results if isinstance(r, WorkloadRecord)]
+        audits = [] if audit is None else [audit(r.spec, r.id) for r in records]
+        return results, records, audits
 
     async def commit(
         self, records: list[WorkloadRecord], audits: Sequence[AuditEntry] = (), alone: bool = False

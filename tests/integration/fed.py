@@ -122,11 +122,12 @@ class InProcessFederation:
         return httpx.AsyncClient(transport=transport, base_url="http://hub", headers=headers)
 
     @contextlib.asynccontextmanager
-    async def serve(self) -> AsyncIterator[str]:
-        """The hub's REST API over real HTTP on a free loopback port (its base URL), stopped by
-        its own server handle: for clients that need a socket (a CLI, a streamed answer)."""
+    async def serve(self, port: int = 0) -> AsyncIterator[str]:
+        """The hub's REST API over real HTTP on a free loopback port, or `port` (its base URL),
+        stopped by its own server handle: for clients that need a socket (a CLI, a streamed
+        answer)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         port = sock.getsockname()[1]
         assert self.hub_settings is not None
         server = InProcessServer(api_server(self.app, self.hub_settings).config)
