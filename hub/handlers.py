@@ -23,7 +23,7 @@ from hub.core.lifecycle import EndReason, Event, live_attempt
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
 from hub.idle import note_activity
-from hub.intake import AcceptForCycle, Intake, Replier
+from hub.intake import AcceptForCycle, Intake, KeyedSubmit, Replier
 from hub.intake import validation_error as validation_error
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
@@ -59,8 +59,9 @@ class Handlers(Intake):
         submit_many: Callable[..., Awaitable[list[WorkloadRecord | HubError]]] | None = None,
         bus: Replier | None = None,
         accept_for_cycle: AcceptForCycle | None = None,
+        keyed: KeyedSubmit | None = None,
     ) -> None:
-        super().__init__(state, submit, submit_many, bus, accept_for_cycle)
+        super().__init__(state, submit, submit_many, bus, accept_for_cycle, keyed)
         self.leases = leases
         self._reconcile = reconcile
         self.spoke_records = SpokeRecords(state)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 import structlog
 from nats.aio.msg import Msg
@@ -21,6 +21,7 @@ from schemas import (
     SubmitBatchReply,
     SubmitReply,
     WorkloadSpec,
+    subjects,
 )
 from schemas.workloads import spec_problems
 
@@ -59,6 +60,12 @@ AcceptForCycle = Callable[
     tuple[Sequence[WorkloadRecord | HubError], "asyncio.Future[None] | None"],
 ]
 _Outcome = WorkloadRecord | HubError | ErrorReply
+#: The service's `keyed.submit` (`hub.keyed`): spec, user, key and audit entry in; the workload
+#: the key names and whether it was taken before.
+KeyedSubmit = Callable[
+    [WorkloadSpec, str, str, Callable[[WorkloadRecord], AuditEntry] | None],
+    Awaitable[tuple[WorkloadRecord, bool]],
+]
 
 
 class Intake:
@@ -71,8 +78,10 @@ class Intake:
         submit_many: Callable[..., Awaitable[list[WorkloadRecord | HubError]]] | None = None,
         bus: Replier | None = None,
         accept_for_cycle: AcceptForCycle | None = None,
+        keyed: KeyedSubmit | None = None,
     ) -> None:
         self.state = state
+        self._keyed = keyed
         self._submit = submit
         self._submit_many = submit_many
         self._bus = bus or _OneByOne()
@@ -89,6 +98,10 @@ class Intake:
         decisions in one transaction, and then they are answered in one write. Without a cycle
         loop one task takes what has arrived, and what arrives meanwhile is taken next.
         """
+        key = msg.headers.get(subjects.IDEMPOTENCY_KEY) if msg.headers else None
+        if key is not None and self._keyed is not None:  # looked up first: a task of its own
+            self._answering_with(self._answer_keyed(msg, key), "hub-keyed-submit")
+            return
         self._submits.append(msg)
         if self.state.paced and self._accept_for_cycle is not None:
             self.state.trigger()
@@ -112,9 +125,33 @@ class Intake:
             log.exception("submit_failed", count=len(valid))
             outcomes = [_INTERNAL] * len(valid)
         answer = self._answer_when_saved(msgs, specs, replies, outcomes, saved)
-        task = asyncio.create_task(answer, name="hub-submit-replies")
+        self._answering_with(answer, "hub-submit-replies")
+
+    def _answering_with(self, answer: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(answer, name=name)
         self._answering.add(task)  # the loop keeps only a weak reference
         task.add_done_callback(self._answering.discard)
+
+    async def _answer_keyed(self, msg: Msg, key: str) -> None:
+        """A submission under an Idempotency-Key (`hub.keyed`): taken at most once, and the
+        workload it names in the reply however often it is sent."""
+        specs, replies = self._parse([msg])
+        outcomes: list[_Outcome] = []
+        spec = specs[0]
+        if spec is not None and self._keyed is not None:
+            entry_for = self._accepted_entry()
+            audit = None if entry_for is None else (lambda r: entry_for(spec, r.id))
+            try:
+                outcomes.append((await self._keyed(spec, "", key, audit))[0])
+            except HubError as exc:
+                outcomes.append(exc)
+            except Exception:
+                log.exception("submit_failed", count=1)
+                outcomes.append(_INTERNAL)
+        try:
+            await self._answer([msg], specs, replies, outcomes)
+        except Exception:
+            log.exception("submit_failed", count=1)
 
     def kick_submits(self) -> None:
         """Take what waits for a cycle that will not come (the cycle loop stopped)."""

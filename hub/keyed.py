@@ -1,4 +1,5 @@
-"""Submissions under an `Idempotency-Key`: one sent again is answered with what the first made.
+"""Submissions under an `Idempotency-Key` (an HTTP header of `POST /v1/workloads`, a NATS
+header of `submit`): one sent again is answered with what the first made.
 
 A client that sent a submission and got no answer (the connection broke, the hub restarted or
 failed over, a timeout) cannot tell whether it was taken. Sent again under the same key, it is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 
+from hub.authstore import AuditEntry
 from hub.core import gpumodels
 from hub.errors import InvalidRequest, KeyReused
 from hub.ids import keyed_workload_id
@@ -23,8 +25,11 @@ from schemas import WorkloadSpec
 #: The longest key taken (the IETF draft's keys are UUIDs; room for a client's own scheme).
 KEY_MAX = 128
 
-#: Makes the record of `spec` for `user` under the given workload id, saved when it returns.
-Create = Callable[[WorkloadSpec, str, str], Awaitable[WorkloadRecord]]
+#: The audit entry saved with a new workload, from its record (None: none).
+Audit = Callable[[WorkloadRecord], AuditEntry] | None
+#: Makes the record of `spec` for `user` under the given workload id, saved (with its audit
+#: entry) when it returns.
+Create = Callable[[WorkloadSpec, str, str, Audit], Awaitable[WorkloadRecord]]
 #: The workload of that id, live or ended, or None.
 Find = Callable[[str], Awaitable[WorkloadRecord | None]]
 
@@ -48,9 +53,12 @@ class KeyedSubmits:
         self._gpu_models = gpu_models
         self._taking: dict[str, asyncio.Event] = {}  # workload id -> set once its first ended
 
-    async def submit(self, spec: WorkloadSpec, user: str, key: str) -> tuple[WorkloadRecord, bool]:
+    async def submit(
+        self, spec: WorkloadSpec, user: str, key: str, audit: Audit = None
+    ) -> tuple[WorkloadRecord, bool]:
         """The workload `key` names for `user` and `spec.team`, and whether it was made before
-        (True: nothing new was taken). Raises what `create` raises, and KeyReused."""
+        (True: nothing new was taken, nor audited). Raises what `create` raises, and
+        KeyReused."""
         workload_id = keyed_workload_id(spec.team, user, check_key(key))
         while True:
             taking = self._taking.get(workload_id)
@@ -70,7 +78,7 @@ class KeyedSubmits:
             return earlier, True
         taking = self._taking[workload_id] = asyncio.Event()
         try:
-            return await self._create(spec, user, workload_id), False
+            return await self._create(spec, user, workload_id, audit), False
         finally:
             del self._taking[workload_id]
             taking.set()

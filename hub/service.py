@@ -95,6 +95,11 @@ class HubService(HubView):
         self.publisher = Publisher(self.state, bus)
         self.cycle = Cycle(self.state, self.leases, self.publisher)
         self.reaper = IdleReaper(self.state, self.publisher)
+        self.keyed = KeyedSubmits(
+            lambda spec, user, wid, audit: self.submit(spec, user, audit, workload_id=wid),
+            self.find_workload,
+            lambda: self.state.gpu_models,
+        )
         self.handlers = Handlers(
             self.state,
             self.leases,
@@ -103,15 +108,11 @@ class HubService(HubView):
             submit_many=self.submit_many,
             bus=bus,
             accept_for_cycle=self.accept_for_cycle,
+            keyed=self.keyed.submit,
         )
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
         self.submissions = Submissions(self.state)
-        self.keyed = KeyedSubmits(
-            lambda spec, user, wid: self.submit(spec, user, workload_id=wid),
-            self.find_workload,
-            lambda: self.state.gpu_models,
-        )
         self.services = ServiceController(
             self.state, self.submit, self.cancel, self._refuse_on_standby
         )

@@ -5,6 +5,9 @@ from __future__ import annotations
 PREFIX = "gpufed.v1"
 
 SUBMIT = f"{PREFIX}.submit"
+#: A NATS header of a `submit` request (as the REST API's HTTP header): sent again under the same
+#: key, the request gets the workload the first made, never a second one.
+IDEMPOTENCY_KEY = "Idempotency-Key"
 #: A JSON list of WorkloadSpec in (at most MAX_BATCH, and within the server's max_payload),
 #: a SubmitBatchReply out.
 SUBMIT_BATCH = f"{PREFIX}.submit_batch"

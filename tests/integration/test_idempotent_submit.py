@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 import httpx
 import pytest
 
+from bus.client import Bus
 from bus.ports import free_port
 from gpufed import client
 from gpufed.cli import main
 from gpufed.client import HubClient
-from schemas import Phase
+from schemas import Phase, SubmitReply, subjects
 from tests.integration.fed import InProcessFederation, nodes
 
 SPEC = {"name": "train", "team": "vision", "command": ["sleep", "60"]}
@@ -116,6 +118,37 @@ async def test_the_key_holds_across_a_restart_and_after_the_workload_ended(
     after_end = await _post(fed.api, "k-1", **secret)
     assert after_end.status_code == 200, after_end.text
     assert (after_end.json()["id"], after_end.json()["phase"]) == (wid, "cancelled")
+
+
+async def test_over_nats_a_submission_under_its_key_is_taken_once(
+    fed: InProcessFederation,
+) -> None:
+    await fed.start_hub()
+    bus = Bus(fed.tool_settings())
+    await bus.connect()
+
+    async def send(key: str | None, **spec: Any) -> SubmitReply:
+        headers = {subjects.IDEMPOTENCY_KEY: key} if key is not None else None
+        payload = json.dumps({**SPEC, **spec}).encode()
+        msg = await bus.nc.request(subjects.SUBMIT, payload, 10, headers=headers)
+        return SubmitReply.model_validate_json(msg.data)
+
+    try:
+        at_once = await asyncio.gather(*(send("n-1") for _ in range(4)))
+        again = await send("n-1")
+        other_spec = await send("n-1", command=["sleep", "61"])
+        unkeyed = await send(None)
+    finally:
+        await bus.close()
+    assert all(r.ok for r in [*at_once, again, unkeyed])
+    assert len({r.workload_id for r in [*at_once, again]}) == 1
+    assert other_spec.error is not None and other_spec.error.code == "idempotency_key_reused"
+    taken = await _named(fed, "train")
+    assert sorted(w["id"] for w in taken) == sorted({again.workload_id, unkeyed.workload_id})
+    # The one taken is audited once, as every submission over NATS is.
+    assert fed.api is not None
+    entries = (await fed.api.get("/v1/audit", params={"action": "submit"})).json()
+    assert [e["result"] for e in entries if e["target"] == again.workload_id] == ["ok"]
 
 
 class _LosesFirstAnswer:
