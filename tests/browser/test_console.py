@@ -188,6 +188,48 @@ async def test_a_refused_call_says_so_and_the_page_keeps_going(
     await shoot(page, screenshots, "jobs-refused")
 
 
+async def test_a_double_clicked_submit_makes_one_job(
+    live_hub: LiveHub, browser_context: Any
+) -> None:
+    fed = live_hub.fed
+    await live_hub.start()
+    page = await browser_context.new_page()
+    await page.goto(live_hub.url + "/jobs")
+    await log_in(page, fed.admin_token)
+    await page.fill("#submit-form [name=name]", "twice")
+    await page.fill("#submit-form [name=team]", "vision")
+    await page.fill("#submit-form [name=command]", "sleep 300")
+    await page.dblclick("#submit-form button[type=submit]")
+    await page.wait_for_selector("#submit-result:has-text('Submitted')")
+    assert fed.hub is not None
+    hub = fed.hub
+
+    async def named(name: str) -> list[str]:
+        return [w.id for w in await hub.find_workloads(team="vision") if w.spec.name == name]
+
+    # Both clicks reached the hub (the audit log has each), and made one job.
+    job = (await page.inner_text("#submit-result")).split()[-1]
+    assert fed.api is not None
+    api = fed.api
+
+    async def audited() -> list[str]:
+        entries = (await api.get("/v1/audit", params={"action": "submit"})).json()
+        return [e["detail"] for e in entries if e["target"] == job]
+
+    async def both() -> bool:
+        return len(await audited()) == 2
+
+    await until(both, what="an audit entry for each click, both naming the one job")
+    assert sum("sent again under its Idempotency-Key" in d for d in await audited()) == 1
+    assert await named("twice") == [job]
+    # The next job is another: a new key once the form changed.
+    await page.fill("#submit-form [name=name]", "again")
+    await page.click("#submit-form button[type=submit]")
+    await page.wait_for_selector("#submit-result:has-text('Submitted')")
+    await until(lambda: named("again"))
+    assert len(await named("twice")) == 1
+
+
 async def log_in(page: Any, token: str) -> None:
     """Enter an API token in the console's token box, as a person would."""
     await page.fill("#token", token)

@@ -207,6 +207,13 @@ async function jobDetail() {
   }
 }
 
+function newKey() {
+  // crypto.getRandomValues, not randomUUID: a hub served over plain HTTP off loopback is no
+  // secure context, where randomUUID is missing.
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 async function submitJob(event) {
   event.preventDefault();
   const form = event.target;
@@ -219,8 +226,13 @@ async function submitJob(event) {
   if (data.get("gpu_model")) spec.gpu_models = [data.get("gpu_model")];
   localStorage.setItem(TEAM_KEY, spec.team);
   const out = document.getElementById("submit-result");
+  // One key for the job as filled in: a double click, or a submit sent again after a failure,
+  // makes one job (the hub takes a key once); the next job, or a changed form, gets a new one.
+  if (!form.dataset.key) form.dataset.key = newKey();
+  const headers = { "Idempotency-Key": form.dataset.key };
   try {
-    const r = await api("/v1/workloads", { method: "POST", body: JSON.stringify(spec) });
+    const r = await api("/v1/workloads", { method: "POST", body: JSON.stringify(spec), headers });
+    delete form.dataset.key;
     out.textContent = "Submitted " + r.id;
     out.className = "ok";
     selectJob(r.id);
@@ -364,7 +376,9 @@ function setup() {
     const team = localStorage.getItem(TEAM_KEY) || "";
     document.querySelector("#submit-form [name=team]").value = team;
     document.getElementById("jobs-team").value = team;
-    document.getElementById("submit-form").addEventListener("submit", submitJob);
+    const form = document.getElementById("submit-form");
+    form.addEventListener("submit", submitJob);
+    form.addEventListener("input", () => { delete form.dataset.key; });  // another job now
     document.getElementById("jobs-team").addEventListener("change", refreshSoon);
     document.getElementById("jobs-active").addEventListener("change", refreshSoon);
     if (location.hash.length > 1) selectedJob = decodeURIComponent(location.hash.slice(1));
