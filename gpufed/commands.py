@@ -197,12 +197,15 @@ def _submit(args: argparse.Namespace) -> int:
         spec["command"] = command
     fill_team(spec, args.client)
     key = args.idempotency_key or str(uuid.uuid4())  # sent again under it until a hub answers
+    again = f"It may have been taken: the same command with `--idempotency-key {key}` takes it"
     try:
         record = args.client.submit(spec, key)
+    except KeyboardInterrupt:  # (Ctrl-C while it waited for a hub)
+        print(f"gpufed: stopped. {again} at most once.", file=sys.stderr)
+        return 130
     except ApiError as exc:  # the hub names the spec's field: name the flag too
         if not exc.status:  # no hub answered: it may have been taken, and the key says
-            again = f"the same command with `--idempotency-key {key}` takes it at most once"
-            raise ApiError(f"{exc} It may have been taken: {again}.") from None
+            raise ApiError(f"{exc} {again} at most once.") from None
         raise naming_the_flag(exc, SUBMIT_FLAGS) from None
     if args.json:
         print(json.dumps(record, indent=2))

@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -251,3 +255,28 @@ async def test_the_cli_waits_for_a_hub_that_comes_back_and_names_its_key_when_no
         assert await asyncio.to_thread(main, again) == 0
         assert capsys.readouterr().out == first
     assert len(await _named(fed, "train")) == 2
+
+
+async def test_ctrl_c_while_the_cli_waits_for_a_hub_names_the_key(tmp_path: Path) -> None:
+    env = {**os.environ, "GPUFED_API": f"http://127.0.0.1:{free_port()}", "GPUFED_TOKEN": "t"}
+    # `gpufed submit ...` taking Ctrl-C's SIGINT as from a terminal (a test run started in the
+    # background may have inherited it ignored, and Python then takes none).
+    cli = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+        " sys.argv = ['gpufed', *sys.argv[1:]]; runpy.run_module('gpufed', run_name='__main__')"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-c", cli, "submit", "--name", "x", "--team", "vision", "--", "true"),
+        env=env,
+        cwd=tmp_path,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    first = await asyncio.wait_for(proc.stderr.readline(), 20)
+    assert b"sending it again for up to 30 s" in first, first
+    proc.send_signal(signal.SIGINT)
+    rest = await asyncio.wait_for(proc.stderr.read(), 20)
+    assert await proc.wait() == 130
+    assert b"gpufed: stopped. It may have been taken" in rest and b"Traceback" not in rest, rest
+    assert b"--idempotency-key " in rest
