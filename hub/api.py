@@ -207,12 +207,17 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             }
         },
     )
-    async def submit_batch(request: Request, who: Caller) -> Any:
+    async def submit_batch(
+        request: Request,
+        who: Caller,
+        key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> Any:
         """Up to MAX_BATCH specs (a JSON list, or {"workloads": [...]}), stored together.
 
         200 with one result per spec, in order (each stands or falls alone); 400 or 413 when
         the batch as a whole is refused; 403 naming the first team the caller may not submit
-        for (nothing is stored then).
+        for (nothing is stored then). Under an `Idempotency-Key` each spec is taken at most
+        once: sent again, the batch answers with the workloads it made.
         """
         body = await request.body()
         for team in _batch_teams(body):
@@ -230,7 +235,9 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
             await sec.auditor.append_all([entry(spec, "", code) for spec, code in specs])
 
         # Each workload's entry is saved with it, under its team (a team-admin reads it).
-        reply = await hub.handlers.submit_batch(body, who.user, audit=entry, on_refused=refused)
+        reply = await hub.handlers.submit_batch(
+            body, who.user, audit=entry, on_refused=refused, key=key
+        )
         if reply.error is not None:
             status = 413 if reply.error.code == "batch_too_large" else 400
             return _error(status, reply.error.code, reply.error.message, reply.error.field)

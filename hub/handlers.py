@@ -23,7 +23,7 @@ from hub.core.lifecycle import EndReason, Event, live_attempt
 from hub.core.origin import forged_burst_labels
 from hub.errors import HubError
 from hub.idle import note_activity
-from hub.intake import AcceptForCycle, Intake, KeyedSubmit, Replier
+from hub.intake import AcceptForCycle, Intake, KeyedBatch, KeyedSubmit, Replier
 from hub.intake import validation_error as validation_error
 from hub.leases import Leases
 from hub.records import SpokeRecord, WorkloadRecord
@@ -60,8 +60,9 @@ class Handlers(Intake):
         bus: Replier | None = None,
         accept_for_cycle: AcceptForCycle | None = None,
         keyed: KeyedSubmit | None = None,
+        keyed_batch: KeyedBatch | None = None,
     ) -> None:
-        super().__init__(state, submit, submit_many, bus, accept_for_cycle, keyed)
+        super().__init__(state, submit, submit_many, bus, accept_for_cycle, keyed, keyed_batch)
         self.leases = leases
         self._reconcile = reconcile
         self.spoke_records = SpokeRecords(state)

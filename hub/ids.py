@@ -21,11 +21,14 @@ def decision_id(workload_id: str, epoch: int, kind: str) -> str:
     return f"{workload_id}-e{epoch}-{kind}"
 
 
-def keyed_workload_id(team: str, user: str, key: str) -> str:
+def keyed_workload_id(team: str, user: str, key: str, place: int | None = None) -> str:
     """The id of the workload that `user` submits for `team` under an Idempotency-Key
-    (`hub.keyed`): the same for the same three, so a submission sent again finds the first.
+    (`hub.keyed`), or at `place` in a batch under it: the same for the same, so a submission
+    sent again finds the first.
 
-    `w` + 23 hex digits, as long as a minted id (92 bits: two keys never meet by chance).
+    `w` + 23 hex digits, as long as a minted id (92 bits: two keys never meet by chance; a key
+    holds no line break, so a batch's never meets a lone submission's).
     """
-    digest = hashlib.sha256(f"{team}\n{user}\n{key}".encode()).hexdigest()
+    named = f"{team}\n{user}\n{key}" if place is None else f"{team}\n{user}\n{key}\n{place}"
+    digest = hashlib.sha256(named.encode()).hexdigest()
     return f"w{digest[:23]}"

@@ -66,6 +66,20 @@ KeyedSubmit = Callable[
     [WorkloadSpec, str, str, Callable[[WorkloadRecord], AuditEntry] | None],
     Awaitable[tuple[WorkloadRecord, bool]],
 ]
+#: The service's `keyed.submit_batch` (`hub.keyed`): specs, their places in the batch, user,
+#: key and what takes the new ones (specs and ids) in; per spec its workload or why not.
+KeyedBatch = Callable[
+    [
+        Sequence[WorkloadSpec],
+        Sequence[int],
+        str,
+        str,
+        Callable[
+            [Sequence[WorkloadSpec], Sequence[str]], Awaitable[Sequence[WorkloadRecord | HubError]]
+        ],
+    ],
+    Awaitable[Sequence[WorkloadRecord | HubError]],
+]
 
 
 class Intake:
@@ -79,9 +93,11 @@ class Intake:
         bus: Replier | None = None,
         accept_for_cycle: AcceptForCycle | None = None,
         keyed: KeyedSubmit | None = None,
+        keyed_batch: KeyedBatch | None = None,
     ) -> None:
         self.state = state
         self._keyed = keyed
+        self._keyed_batch = keyed_batch
         self._submit = submit
         self._submit_many = submit_many
         self._bus = bus or _OneByOne()
@@ -294,10 +310,13 @@ class Intake:
 
     async def on_submit_batch(self, msg: Msg) -> None:
         """`submit_batch`: a JSON list of WorkloadSpec in, a SubmitBatchReply out."""
+        key = msg.headers.get(subjects.IDEMPOTENCY_KEY) if msg.headers else None
         try:
             reply = await self.submit_batch(
-                msg.data, audit=self._accepted_entry(), on_refused=self._tell_refused
+                msg.data, audit=self._accepted_entry(), on_refused=self._tell_refused, key=key
             )
+        except HubError as exc:  # the batch as a whole: a key that is none, say
+            reply = SubmitBatchReply(error=exc.reply())
         except Exception:
             log.exception("submit_batch_failed")
             error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
@@ -311,12 +330,16 @@ class Intake:
         user: str = "",
         audit: Callable[[WorkloadSpec, str], AuditEntry] | None = None,
         on_refused: Callable[[Sequence[tuple[WorkloadSpec, str]]], Awaitable[None]] | None = None,
+        key: str | None = None,
     ) -> SubmitBatchReply:
         """Validate each spec of a JSON list on its own; store the valid ones together.
 
         A body that is not a list, or holds more than MAX_BATCH specs, is refused whole.
         `audit`: the entry of each accepted spec (spec, workload id), saved with it;
         `on_refused`: told, once, the valid specs policy refused, each with its error code.
+        `key`: an Idempotency-Key (`hub.keyed`): each spec is taken at most once, and sent
+        again the batch answers with the workloads it made (raises InvalidRequest for a key
+        that is none).
         """
         try:
             items = json.loads(body)
@@ -343,15 +366,24 @@ class Intake:
             )
         replies: list[SubmitReply | None] = []
         specs: list[WorkloadSpec] = []
-        for item in items:
+        places: list[int] = []
+        for place, item in enumerate(items):
             try:
                 specs.append(WorkloadSpec.model_validate(item))
+                places.append(place)
                 replies.append(None)
             except ValidationError as exc:
                 replies.append(SubmitReply(ok=False, error=validation_error(exc, item)))
-        if self._submit_many is None:
+        submit_many = self._submit_many
+        if submit_many is None:
             raise RuntimeError("this hub takes no batches")
-        taken = await self._submit_many(specs, user, audit=audit)
+        taken: Sequence[WorkloadRecord | HubError]
+        if key is None or self._keyed_batch is None:
+            taken = await submit_many(specs, user, audit=audit)
+        else:
+            taken = await self._keyed_batch(
+                specs, places, user, key, lambda new, ids: submit_many(new, user, audit, ids)
+            )
         outcomes = iter(taken)
         results: list[SubmitReply] = []
         for reply in replies:

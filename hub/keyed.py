@@ -13,14 +13,18 @@ sent while the first is still being taken waits for it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from hub.authstore import AuditEntry
 from hub.core import gpumodels
-from hub.errors import InvalidRequest, KeyReused
+from hub.errors import HubError, InvalidRequest, KeyReused
 from hub.ids import keyed_workload_id
 from hub.records import WorkloadRecord
 from schemas import WorkloadSpec
+
+#: Stands in for a batch's spec not taken before, until it is taken.
+_NOT_YET = HubError("not taken yet")
 
 #: The longest key taken (the IETF draft's keys are UUIDs; room for a client's own scheme).
 KEY_MAX = 128
@@ -32,6 +36,12 @@ Audit = Callable[[WorkloadRecord], AuditEntry] | None
 Create = Callable[[WorkloadSpec, str, str, Audit], Awaitable[WorkloadRecord]]
 #: The workload of that id, live or ended, or None.
 Find = Callable[[str], Awaitable[WorkloadRecord | None]]
+#: The workloads of those ids that there are, by id.
+FindMany = Callable[[Sequence[str]], Awaitable[Mapping[str, WorkloadRecord]]]
+#: Takes new workloads of specs under the given ids: per spec, the record or why it was refused.
+TakeMany = Callable[
+    [Sequence[WorkloadSpec], Sequence[str]], Awaitable[Sequence[WorkloadRecord | HubError]]
+]
 
 
 def check_key(key: str) -> str:
@@ -47,11 +57,18 @@ def check_key(key: str) -> str:
 class KeyedSubmits:
     """Takes keyed submissions at most once each (for one hub process; the store for the rest)."""
 
-    def __init__(self, create: Create, find: Find, gpu_models: Callable[[], Mapping[str, str]]):
+    def __init__(
+        self,
+        create: Create,
+        find: Find,
+        gpu_models: Callable[[], Mapping[str, str]],
+        find_many: FindMany | None = None,
+    ) -> None:
         self._create = create
         self._find = find
+        self._find_many = find_many
         self._gpu_models = gpu_models
-        self._taking: dict[str, asyncio.Event] = {}  # workload id -> set once its first ended
+        self._taking: dict[str, asyncio.Event] = {}  # a key's name -> set once its taker ended
 
     async def submit(
         self, spec: WorkloadSpec, user: str, key: str, audit: Audit = None
@@ -60,25 +77,70 @@ class KeyedSubmits:
         (True: nothing new was taken, nor audited). Raises what `create` raises, and
         KeyReused."""
         workload_id = keyed_workload_id(spec.team, user, check_key(key))
-        while True:
-            taking = self._taking.get(workload_id)
-            if taking is not None:  # the same request, still being taken: its outcome is ours
-                await taking.wait()
-                continue
+        async with self._alone(workload_id):
             earlier = await self._find(workload_id)
-            if workload_id not in self._taking:  # (none began to take it while this one looked)
-                break
-        if earlier is not None:
-            if earlier.spec != gpumodels.respelt(spec, self._gpu_models()):
-                raise KeyReused(
-                    f"Idempotency-Key {key!r} was sent before with another spec (workload"
-                    f" {earlier.id}): a new submission needs a new key",
-                    field="Idempotency-Key",
-                )
+            if earlier is None:
+                return await self._create(spec, user, workload_id, audit), False
+            reused = self._reused(earlier, spec, f"Idempotency-Key {key!r}")
+            if reused is not None:
+                raise reused
             return earlier, True
-        taking = self._taking[workload_id] = asyncio.Event()
+
+    async def submit_batch(
+        self,
+        specs: Sequence[WorkloadSpec],
+        places: Sequence[int],
+        user: str,
+        key: str,
+        take: TakeMany,
+    ) -> list[WorkloadRecord | HubError]:
+        """A batch under `key`: each spec named by the key and its place in the batch (`places`).
+        Per spec, in order: the workload that names, made now by `take` (specs and their ids
+        in; the new record or why it was refused out) or before, or KeyReused."""
+        assert self._find_many is not None
+        check_key(key)
+        ids = [
+            keyed_workload_id(spec.team, user, key, place)
+            for spec, place in zip(specs, places, strict=True)
+        ]
+        async with self._alone(f"batch\n{user}\n{key}"):  # the batch as a whole
+            found = await self._find_many(ids)
+            results: list[WorkloadRecord | HubError] = []
+            new = []  # (where in results, spec, id) of those not taken before
+            for spec, place, workload_id in zip(specs, places, ids, strict=True):
+                earlier = found.get(workload_id)
+                if earlier is None:
+                    new.append((len(results), spec, workload_id))
+                    results.append(_NOT_YET)
+                else:
+                    reused = self._reused(earlier, spec, f"Idempotency-Key {key!r}, item {place},")
+                    results.append(reused or earlier)
+            if new:
+                taken = await take([spec for _, spec, _ in new], [wid for _, _, wid in new])
+                for (at, _, _), outcome in zip(new, taken, strict=True):
+                    results[at] = outcome
+        return results
+
+    def _reused(self, earlier: WorkloadRecord, spec: WorkloadSpec, what: str) -> KeyReused | None:
+        """Why `earlier` is not what `spec` under a key (`what`) asks for, or None: it was made
+        of it."""
+        if earlier.spec == gpumodels.respelt(spec, self._gpu_models()):
+            return None
+        return KeyReused(
+            f"{what} was sent before with another spec (workload {earlier.id}): a new"
+            " submission needs a new key",
+            field="Idempotency-Key",
+        )
+
+    @contextlib.asynccontextmanager
+    async def _alone(self, name: str) -> AsyncIterator[None]:
+        """Held by one request for `name` at a time: one sent again while the first is being
+        taken waits for its outcome, then finds what it made."""
+        while (taking := self._taking.get(name)) is not None:
+            await taking.wait()
+        taking = self._taking[name] = asyncio.Event()
         try:
-            return await self._create(spec, user, workload_id, audit), False
+            yield
         finally:
-            del self._taking[workload_id]
+            del self._taking[name]
             taking.set()

@@ -37,6 +37,9 @@ class Store(Protocol):
     def get(self, workload_id: str) -> WorkloadRecord | None:
         """The workload with this id, attempts included; None if there is none."""
 
+    def get_many(self, workload_ids: Sequence[str]) -> list[WorkloadRecord]:
+        """The workloads of these ids that there are, attempts included, in any order."""
+
     def active(self) -> list[WorkloadRecord]:
         """Every workload not in a terminal phase, oldest submission first."""
 

@@ -123,6 +123,14 @@ class HubView:
         """A workload, live or ended, or None."""
         return self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
 
+    async def find_by_ids(self, workload_ids: Sequence[str]) -> dict[str, WorkloadRecord]:
+        """The workloads of these ids that there are, live or ended, by id."""
+        found = {wid: w for wid in workload_ids if (w := self.workloads.get(wid)) is not None}
+        rest = [wid for wid in workload_ids if wid not in found]
+        if rest:
+            found.update((w.id, w) for w in await self.state.db(self.store.get_many, rest))
+        return found
+
     async def find_workloads(
         self,
         team: str | None = None,

@@ -99,6 +99,7 @@ class HubService(HubView):
             lambda spec, user, wid, audit: self.submit(spec, user, audit, workload_id=wid),
             self.find_workload,
             lambda: self.state.gpu_models,
+            self.find_by_ids,
         )
         self.handlers = Handlers(
             self.state,
@@ -109,6 +110,7 @@ class HubService(HubView):
             bus=bus,
             accept_for_cycle=self.accept_for_cycle,
             keyed=self.keyed.submit,
+            keyed_batch=self.keyed.submit_batch,
         )
         self.ready = asyncio.Event()
         self._window: str | None = None  # the policy window last seen in force (for the log)
@@ -329,12 +331,13 @@ class HubService(HubView):
         specs: Sequence[WorkloadSpec],
         user: str = "",
         audit: Callable[[WorkloadSpec, str], AuditEntry] | None = None,
+        ids: Sequence[str] = (),
     ) -> list[WorkloadRecord | HubError]:
-        """Accept what policy allows of `specs`, saved in one transaction; per spec, in order,
-        the new record or why it was refused. `audit`: the entry of each accepted one (from
-        its spec and workload id), saved with it."""
+        """Accept what policy allows of `specs` (under `ids` when given), saved in one
+        transaction; per spec, in order, the new record or why it was refused. `audit`: the
+        entry of each accepted one (from its spec and workload id), saved with it."""
         await self._refuse_on_standby()
-        results, records, audits = self.submissions.accept(specs, user, audit)
+        results, records, audits = self.submissions.accept(specs, user, audit, ids)
         await self.submissions.commit(records, audits)
         return results
 

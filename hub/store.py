@@ -51,8 +51,8 @@ from schemas.burst import InstanceEvent
 log = structlog.get_logger(__name__)
 
 _TERMINAL = [p.value for p in Phase if p.terminal]
-#: Workload ids per query when attempts are read for many workloads (bound parameters).
-_ATTEMPT_BATCH = 500
+#: Workload ids per query when many workloads or their attempts are read (bound parameters).
+_IDS_A_QUERY = 500
 #: The setting that keeps `remove_finished`'s latest `before` that removed anything.
 _REMOVED_BEFORE = "ended_removed_before"
 
@@ -166,6 +166,16 @@ class Store:
             row = session.get(WorkloadRow, workload_id)
             return None if row is None else self._with_attempts(session, [row])[0]
 
+    def get_many(self, workload_ids: Sequence[str]) -> list[WorkloadRecord]:
+        """The workloads of these ids that there are, in any order (a keyed batch's lookup)."""
+        found: list[WorkloadRecord] = []
+        with Session(self.engine) as session:
+            for at in range(0, len(workload_ids), _IDS_A_QUERY):
+                some = list(workload_ids[at : at + _IDS_A_QUERY])
+                rows = session.exec(select(WorkloadRow).where(col(WorkloadRow.id).in_(some)))
+                found += self._with_attempts(session, rows.all())
+        return found
+
     def active(self) -> list[WorkloadRecord]:
         """Every workload not in a terminal phase, oldest first."""
         with Session(self.engine) as session:
@@ -261,8 +271,8 @@ class Store:
     def _with_attempts(self, session: Session, rows: Sequence[WorkloadRow]) -> list[WorkloadRecord]:
         attempts: dict[str, list[Attempt]] = defaultdict(list)
         ids = [r.id for r in rows]
-        for start in range(0, len(ids), _ATTEMPT_BATCH):
-            batch = ids[start : start + _ATTEMPT_BATCH]
+        for start in range(0, len(ids), _IDS_A_QUERY):
+            batch = ids[start : start + _IDS_A_QUERY]
             query = (
                 select(AttemptRow)
                 .where(col(AttemptRow.workload_id).in_(batch))

@@ -88,14 +88,16 @@ class Submissions:
         specs: Sequence[WorkloadSpec],
         user: str,
         audit: Callable[[WorkloadSpec, str], AuditEntry] | None,
+        ids: Sequence[str] = (),
     ) -> tuple[list[WorkloadRecord | HubError], list[WorkloadRecord], list[AuditEntry]]:
-        """New records for what policy allows of `specs`: per spec, in order, the record or
-        why it was refused; the records; their audit entries (`audit`: from spec and id)."""
+        """New records for what policy allows of `specs` (under `ids`, else new ones): per
+        spec, in order, the record or why it was refused; the records; their audit entries
+        (`audit`: from spec and id)."""
         results: list[WorkloadRecord | HubError] = []
         queued = self.queued_counts()
-        for spec in specs:
+        for at, spec in enumerate(specs):
             try:
-                results.append(self.new_record(spec, queued, user))
+                results.append(self.new_record(spec, queued, user, ids[at] if ids else ""))
             except HubError as exc:
                 results.append(exc)
         records = [r for r in results if isinstance(r, WorkloadRecord)]

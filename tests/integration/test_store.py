@@ -46,6 +46,19 @@ def test_workload_round_trips_with_history_and_assignments(store: Store) -> None
     assert store.get("missing") is None
 
 
+def test_get_many_reads_those_there_are_past_one_query(store: Store) -> None:
+    records = [
+        workload(f"w{i}", phase=Phase.SUCCEEDED if i % 2 else Phase.QUEUED) for i in range(1201)
+    ]
+    records[7].attempts = (Attempt(1, "s1", (), placed_at=100.0, started_at=101.0),)
+    store.save(records)
+    asked = [f"w{i}" for i in range(1201)] + ["missing"]
+    found = {r.id: r for r in store.get_many(asked)}
+    assert sorted(found) == sorted(r.id for r in records)  # 1,201 ids: three queries
+    assert found["w7"] == records[7] and found["w7"].attempts == records[7].attempts
+    assert store.get_many([]) == []
+
+
 def test_saving_twice_updates_rather_than_duplicates(store: Store) -> None:
     record = workload("w1")
     store.save([record])
