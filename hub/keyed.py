@@ -34,9 +34,7 @@ Audit = Callable[[WorkloadRecord], AuditEntry] | None
 #: Makes the record of `spec` for `user` under the given workload id, saved (with its audit
 #: entry) when it returns.
 Create = Callable[[WorkloadSpec, str, str, Audit], Awaitable[WorkloadRecord]]
-#: The workload of that id, live or ended, or None.
-Find = Callable[[str], Awaitable[WorkloadRecord | None]]
-#: The workloads of those ids that there are, by id.
+#: The workloads of those ids that there are, live or ended, by id.
 FindMany = Callable[[Sequence[str]], Awaitable[Mapping[str, WorkloadRecord]]]
 #: Takes new workloads of specs under the given ids: per spec, the record or why it was refused.
 TakeMany = Callable[
@@ -58,15 +56,10 @@ class KeyedSubmits:
     """Takes keyed submissions at most once each (for one hub process; the store for the rest)."""
 
     def __init__(
-        self,
-        create: Create,
-        find: Find,
-        gpu_models: Callable[[], Mapping[str, str]],
-        find_many: FindMany | None = None,
+        self, create: Create, find: FindMany, gpu_models: Callable[[], Mapping[str, str]]
     ) -> None:
         self._create = create
         self._find = find
-        self._find_many = find_many
         self._gpu_models = gpu_models
         self._taking: dict[str, asyncio.Event] = {}  # a key's name -> set once its taker ended
 
@@ -78,7 +71,7 @@ class KeyedSubmits:
         KeyReused."""
         workload_id = keyed_workload_id(spec.team, user, check_key(key))
         async with self._alone(workload_id):
-            earlier = await self._find(workload_id)
+            earlier = (await self._find([workload_id])).get(workload_id)
             if earlier is None:
                 return await self._create(spec, user, workload_id, audit), False
             reused = self._reused(earlier, spec, f"Idempotency-Key {key!r}")
@@ -97,14 +90,13 @@ class KeyedSubmits:
         """A batch under `key`: each spec named by the key and its place in the batch (`places`).
         Per spec, in order: the workload that names, made now by `take` (specs and their ids
         in; the new record or why it was refused out) or before, or KeyReused."""
-        assert self._find_many is not None
         check_key(key)
         ids = [
             keyed_workload_id(spec.team, user, key, place)
             for spec, place in zip(specs, places, strict=True)
         ]
         async with self._alone(f"batch\n{user}\n{key}"):  # the batch as a whole
-            found = await self._find_many(ids)
+            found = await self._find(ids)
             results: list[WorkloadRecord | HubError] = []
             new = []  # (where in results, spec, id) of those not taken before
             for spec, place, workload_id in zip(specs, places, ids, strict=True):

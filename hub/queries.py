@@ -114,14 +114,10 @@ class HubView:
 
     async def get_workload(self, workload_id: str) -> WorkloadRecord:
         """A workload, live or ended; raises NotFound."""
-        record = await self.find_workload(workload_id)
+        record = self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
         if record is None:
             raise NotFound(not_found(workload_id, self.state.settings.keep_ended_s))
         return record
-
-    async def find_workload(self, workload_id: str) -> WorkloadRecord | None:
-        """A workload, live or ended, or None."""
-        return self.workloads.get(workload_id) or await self.state.db(self.store.get, workload_id)
 
     async def find_by_ids(self, workload_ids: Sequence[str]) -> dict[str, WorkloadRecord]:
         """The workloads of these ids that there are, live or ended, by id."""

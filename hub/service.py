@@ -97,9 +97,8 @@ class HubService(HubView):
         self.reaper = IdleReaper(self.state, self.publisher)
         self.keyed = KeyedSubmits(
             lambda spec, user, wid, audit: self.submit(spec, user, audit, workload_id=wid),
-            self.find_workload,
-            lambda: self.state.gpu_models,
             self.find_by_ids,
+            lambda: self.state.gpu_models,
         )
         self.handlers = Handlers(
             self.state,
