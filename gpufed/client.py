@@ -60,8 +60,9 @@ class HubClient:
     most), as Kubernetes' clients do. Nothing is sent twice: a refused request did nothing, and
     a request is tried elsewhere only when the connection could not be made at all, unless it
     carries an Idempotency-Key (`submit`): that one is sent again wherever and whenever no
-    hub answered it (a broken connection, a timeout, every replica away or standing by), for
-    KEYED_RESEND_S, as the hub takes it at most once."""
+    hub answered it (a broken connection, a timeout, every replica away or standing by, the
+    hub's store not answering: 503 store_unavailable), for KEYED_RESEND_S, as the hub takes
+    it at most once."""
 
     def __init__(
         self,
@@ -243,9 +244,9 @@ class HubClient:
                     raise
                 why = str(exc)
             else:
-                if not (keyed and _standing_by(response)) or time.monotonic() + pause > deadline:
+                why = _not_done(response)
+                if not (keyed and why) or time.monotonic() + pause > deadline:
                     return response
-                why = "every hub stands by"
             if self._say is not None and pause == 0.25:
                 self._say(f"{why}; sending it again for up to {KEYED_RESEND_S:g} s")
             time.sleep(pause)
@@ -300,6 +301,16 @@ def _rate_wait(response: httpx.Response) -> float | None:
     except ValueError:
         wait = 1.0
     return wait if 0 <= wait <= RATE_WAIT_MAX_S else None
+
+
+def _not_done(response: httpx.Response) -> str:
+    """Why `response` says its request was not done and may be sent again as it is ("": it
+    was answered)."""
+    if _standing_by(response):
+        return "every hub stands by"
+    if response.status_code == 503 and _code(response) == "store_unavailable":
+        return "the hub's store is not answering"
+    return ""
 
 
 def _standing_by(response: httpx.Response) -> bool:

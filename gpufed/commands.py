@@ -204,7 +204,7 @@ def _submit(args: argparse.Namespace) -> int:
         print(f"gpufed: stopped. {again} at most once.", file=sys.stderr)
         return 130
     except ApiError as exc:  # the hub names the spec's field: name the flag too
-        if not exc.status:  # no hub answered: it may have been taken, and the key says
+        if not exc.status or exc.code == "store_unavailable":  # the key says if it was taken
             raise ApiError(f"{exc} {again} at most once.") from None
         raise naming_the_flag(exc, SUBMIT_FLAGS) from None
     if args.json:

@@ -44,6 +44,7 @@ from hub.errors import (
     NotFound,
     NotLeader,
     RateLimited,
+    StoreUnavailable,
     TooMany,
     Unauthenticated,
     Unavailable,
@@ -76,6 +77,7 @@ _STATUS = {
     Conflict: 409,
     Forbidden: 403,
     Unavailable: 503,
+    StoreUnavailable: 503,  # the same request may work in a moment
     TooMany: 429,
     RateLimited: 429,
     NotLeader: 503,  # a standby: the same request to the leader works
@@ -122,6 +124,8 @@ def create_app(hub: HubService, sec: ApiSecurity) -> FastAPI:
         response = _error(status, exc.code, exc.message, exc.field, exc.retryable)
         if isinstance(exc, RateLimited):  # whole seconds, at least one (RFC 9110)
             response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        elif isinstance(exc, StoreUnavailable):
+            response.headers["Retry-After"] = "1"
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -20,6 +20,8 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import StaticPool
 from sqlmodel import create_engine
 
@@ -55,6 +57,17 @@ def engine_for(url: str, *, one_connection: bool = False) -> Engine:
         return engine
     # pre_ping: a pooled connection dropped by a database restart is replaced, not reused.
     return create_engine(parsed, pool_pre_ping=True)
+
+
+def down(engine: Engine, exc: BaseException) -> bool:
+    """Whether `exc`, raised by a call on `engine`, says the database cannot answer now (a disk
+    I/O error, a full disk, a PostgreSQL server down, restarting or failing over, no pooled
+    connection to spare), not that the call was wrong: SQLAlchemy's kinds of it, and the
+    driver's own where SQLAlchemy hands them on unwrapped (raised in a pool's checkout)."""
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout):
+        return True
+    dbapi = engine.dialect.loaded_dbapi
+    return isinstance(exc, dbapi.OperationalError | dbapi.InterfaceError)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

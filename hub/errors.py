@@ -43,6 +43,13 @@ class Unavailable(HubError):
     retryable = True
 
 
+class StoreUnavailable(Unavailable):
+    """The hub's store does not answer: the same request may work in a moment (a write sent
+    again under its Idempotency-Key is taken at most once)."""
+
+    code = "store_unavailable"
+
+
 class NotLeader(Unavailable):
     """This hub is a standby: it answers reads; writes go to the leader."""
 

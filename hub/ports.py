@@ -34,6 +34,10 @@ class Store(Protocol):
         the batch is written.
         """
 
+    def down(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by one of these methods, says the store cannot answer now (its
+        disk failing or full, its server down or failing over), not that the call was wrong."""
+
     def get(self, workload_id: str) -> WorkloadRecord | None:
         """The workload with this id, attempts included; None if there is none."""
 

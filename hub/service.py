@@ -30,7 +30,7 @@ from hub.core.model import Plan, RunningWorkload, Snapshot
 from hub.core.policy import Policy
 from hub.core.windows import next_change
 from hub.cycle import Cycle, release_waiters
-from hub.errors import Conflict, HubError, InvalidPolicy, NotFound, NotLeader
+from hub.errors import Conflict, HubError, InvalidPolicy, NotFound, NotLeader, StoreUnavailable
 from hub.handlers import Handlers
 from hub.idle import IdleReaper
 from hub.intake import validation_error as validation_error
@@ -431,6 +431,8 @@ class HubService(HubView):
                     raise
                 await self.cycle.run(taken)
                 self.metrics.cycle_duration.observe(loop.time() - started)
+            except StoreUnavailable:  # said once a second by `store_unavailable` (hub.state)
+                await asyncio.sleep(0.5)
             except Exception:
                 log.exception("cycle_failed")
                 await asyncio.sleep(0.5)

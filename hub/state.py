@@ -15,6 +15,10 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import structlog
+
+from bus.loglines import LineThrottle
+from bus.urls import mask_url
 from hub.authstore import AuditEntry
 from hub.cloudwait import Verdicts
 from hub.core import gpumodels
@@ -23,6 +27,7 @@ from hub.core.model import RunningWorkload, Unplaced
 from hub.core.policy import Policy
 from hub.core.windows import active_window, apply_window
 from hub.dbworker import DbWorker
+from hub.errors import StoreUnavailable
 from hub.metrics import HubMetrics
 from hub.ports import Store
 from hub.records import Cordon, DecisionRecord, Records, SpokeRecord, WorkloadRecord
@@ -30,6 +35,8 @@ from hub.settings import HubSettings
 from hub.usage import InstanceBill
 from schemas import CapacityReport, WorkloadSpec
 from schemas.burst import BurstBudget, InstanceEvent
+
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -92,6 +99,7 @@ class HubState:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _db_worker: DbWorker = field(default_factory=DbWorker)
     _save_all: _SaveAll | None = None
+    _down_lines: LineThrottle = field(default_factory=LineThrottle)  # `store_unavailable`
     # The policy in force for the last (policy, window) asked for: windows switch a few times
     # a day, cycles run many times a second.
     _in_force: tuple[Policy, str | None, Policy] | None = None
@@ -131,7 +139,7 @@ class HubState:
         """Run a blocking store call off the event loop, one at a time (`save` for saves)."""
         # One thread: SQLite wants a single writer, and the event loop stays free.
         context = contextvars.copy_context()
-        return await self._db_worker.call(functools.partial(context.run, fn, *args, **kwargs))
+        return await self._call(functools.partial(context.run, fn, *args, **kwargs))
 
     async def save(
         self,
@@ -149,7 +157,27 @@ class HubState:
             merge = self._save_all = _SaveAll(self.store)
         part = (list(workloads), list(decisions), list(audits))
         save = functools.partial(contextvars.copy_context().run, self.store.save, *part)
-        await self._db_worker.call(save, merge, part)
+        await self._call(save, merge, part)
+
+    async def _call(
+        self, fn: Callable[[], T], merge: Callable[[list[Any]], Any] | None = None, part: Any = None
+    ) -> T:
+        """`fn` on the store's thread. A failure of the store's own (`Store.down`: its disk, its
+        server) is raised as StoreUnavailable, which callers are told as such (REST 503, a NATS
+        reply `store_unavailable`), not as the hub failing; the log says it at most every
+        second, with how many failed since."""
+        try:
+            return await self._db_worker.call(fn, merge, part)
+        except Exception as exc:
+            if not self.store.down(exc):
+                raise
+            held = self._down_lines.allow(self.clock(), 1)
+            if held is not None:
+                why = mask_url(str(getattr(exc, "orig", None) or exc).splitlines()[0])
+                log.warning("store_unavailable", error=why, failed_since=held + 1)
+            raise StoreUnavailable(
+                "the hub's store is not answering; try again in a moment"
+            ) from exc
 
     async def save_unsaved(self) -> None:
         """Save `unsaved` on its own (under the lock); when that fails they stay unsaved."""

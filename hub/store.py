@@ -23,6 +23,7 @@ from sqlmodel import Session, col, select
 from hub.authstore import AuditEntry
 from hub.core.lifecycle import Attempt
 from hub.engine import checkpoint, engine_for
+from hub.engine import down as engine_down
 from hub.migrations import migrate
 from hub.records import DecisionRecord, SpokeRecord, WorkloadRecord
 from hub.storetables import (
@@ -86,6 +87,10 @@ class Store:
         """A store in the SQLite file `path` (its folder is created)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         return cls(f"sqlite:///{path}")
+
+    def down(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by one of these calls, says the database cannot answer now."""
+        return engine_down(self.engine, exc)
 
     def close(self) -> None:
         """Close the pooled connections (the store is not usable afterwards)."""
