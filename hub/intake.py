@@ -51,6 +51,8 @@ class _OneByOne:
 
 #: Stands in for an accepted submission's reply until it is taken.
 _ACCEPTED = SubmitReply(ok=True)
+#: Bytes of a reply's `max_payload` left for the headers it carries.
+REPLY_HEADROOM = 1024
 _INTERNAL = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
 
 #: The service's `accept_for_cycle`: specs (and their audit entries) in; per spec the new
@@ -322,7 +324,10 @@ class Intake:
             error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
             reply = SubmitBatchReply(error=error)
         if msg.reply:
-            await msg.respond(reply.model_dump_json().encode())
+            # Within what the server carries (less room for the request's headers, which the
+            # reply echoes): a larger reply would never reach its sender.
+            data = reply.encode(msg._client.max_payload - REPLY_HEADROOM)
+            await msg.respond(data)
 
     async def submit_batch(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -339,3 +339,53 @@ class SubmitBatchReply(WireModel):
     accepted: int = 0
     refused: int = 0
     error: ErrorReply | None = None
+
+    def encode(self, limit: int) -> bytes:
+        """This reply as JSON, in at most `limit` bytes where it can be (a NATS message's
+        `max_payload`: a reply over it is never sent, and its sender, whose work was taken,
+        hears nothing). Fields at their defaults are left out; while still over, a refusal
+        said by an earlier item says so instead (`as item 3`: the code and the field stay),
+        then every message is cut short, then left empty. Each item keeps whether it was taken,
+        its workload id, and its error's code and field."""
+        reply, data = self, self._json()
+        for shorten in (_said_before, _cut(120), _cut(0)):
+            if len(data) <= limit:
+                break
+            reply = reply.model_copy(update={"results": shorten(reply.results)})
+            data = reply._json()
+        return data
+
+    def _json(self) -> bytes:
+        return self.model_dump_json(exclude_defaults=True).encode()
+
+
+def _said_before(results: tuple[SubmitReply, ...]) -> tuple[SubmitReply, ...]:
+    """`results` with each error an earlier item gave word for word pointing to that item."""
+    first: dict[tuple[str, str, str | None], int] = {}
+    out: list[SubmitReply] = []
+    for at, reply in enumerate(results):
+        error = reply.error
+        if error is not None:
+            said = first.setdefault((error.code, error.message, error.field), at)
+            if said != at:
+                reply = reply.model_copy(
+                    update={"error": error.model_copy(update={"message": f"as item {said}"})}
+                )
+        out.append(reply)
+    return tuple(out)
+
+
+def _cut(most: int) -> Callable[[tuple[SubmitReply, ...]], tuple[SubmitReply, ...]]:
+    """What cuts every error's message in `results` to at most `most` characters."""
+
+    def cut(results: tuple[SubmitReply, ...]) -> tuple[SubmitReply, ...]:
+        return tuple(
+            r
+            if r.error is None or len(r.error.message) <= most
+            else r.model_copy(
+                update={"error": r.error.model_copy(update={"message": r.error.message[:most]})}
+            )
+            for r in results
+        )
+
+    return cut

@@ -83,6 +83,32 @@ async def test_nats_batch_of_the_largest_size_is_stored_and_runs(
     assert record["phase"] == "succeeded"
 
 
+async def test_a_nats_batch_whose_every_spec_is_refused_is_answered(
+    fed: InProcessFederation,
+) -> None:
+    """Its reply, whole, is over twice the server's `max_payload` (1 MiB): it was never sent,
+    and the sender waited for nothing while the rest of a batch like it would have been taken."""
+    await fed.start_hub()
+    bus = Bus(fed.tool_settings())
+    await bus.connect()
+    try:
+        specs = [{**GOOD, "priority_class": "urgent"}] * (MAX_BATCH - 1) + [GOOD]
+        data = (await bus.nc.request(subjects.SUBMIT_BATCH, json.dumps(specs).encode(), 60)).data
+        assert len(data) <= bus.nc.max_payload
+        reply = SubmitBatchReply.model_validate_json(data)
+    finally:
+        await bus.close()
+    assert (reply.accepted, reply.refused) == (1, MAX_BATCH - 1)
+    first, *others, taken = reply.results
+    assert first.error is not None and first.error.field == "priority_class"
+    assert "priority class 'urgent' is not defined" in first.error.message
+    assert all(r.error is not None and r.error.field == "priority_class" for r in others)
+    assert {r.error.message for r in others if r.error is not None} == {"as item 0"}
+    assert taken.ok and taken.workload_id is not None
+    assert fed.hub is not None
+    assert [w.id for w in fed.hub.workloads.values()] == [taken.workload_id]
+
+
 async def test_a_list_since_a_time_holds_only_what_was_submitted_from_then(
     fed: InProcessFederation,
 ) -> None:
