@@ -81,6 +81,7 @@ class Submissions:
             workload_id = new_workload_id()
         record = WorkloadRecord(id=workload_id, spec=spec, submitted_at=now, user=user)
         record.note(now, "submitted")
+        queued.add(spec.team)  # the next of its batch is checked with it counted
         return record
 
     def accept(
@@ -219,19 +220,28 @@ class QueuedCounts:
     """Queued workloads per team for `max_queued`, counted only when it could matter.
 
     Counting walks every workload in flight, so it is skipped while fewer workloads are in
-    flight than the cap (no team can have reached it), and a batch counts at most once. As
-    before, a batch is checked against what was queued before it: a batch of `MAX_BATCH`
-    is larger than the default cap.
+    flight (with those a batch took so far) than the cap (no team can have reached it), and a
+    batch counts at most once. A batch's own items count as they are taken: a team under its
+    cap by 3 gets 3 of a batch of 10, and `too_many_queued` for the other 7.
     """
 
     def __init__(self, submissions: Submissions) -> None:
         self._submissions = submissions
         self._counts: Counter[str] | None = None
+        self._added: Counter[str] = Counter()  # taken by this batch before the counting
 
     def reached(self, team: str, cap: int) -> bool:
-        """Whether `team` has `cap` workloads queued or being saved."""
-        if self._counts is None:
-            if self._submissions._in_flight() < cap:
+        """Whether `team` has `cap` workloads queued or being saved (or taken by this batch)."""
+        counts = self._counts
+        if counts is None:
+            if self._submissions._in_flight() + self._added.total() < cap:
                 return False
-            self._counts = self._submissions._count_queued()
-        return self._counts[team] >= cap
+            counts = self._counts = self._submissions._count_queued() + self._added
+        return counts[team] >= cap
+
+    def add(self, team: str) -> None:
+        """One more of `team`'s workloads taken (queued) by this batch."""
+        if self._counts is None:
+            self._added[team] += 1
+        else:
+            self._counts[team] += 1

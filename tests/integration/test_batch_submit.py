@@ -9,6 +9,7 @@ import time
 import pytest
 
 from bus.client import Bus
+from hub.core.policy import Policy, Team
 from schemas import MAX_BATCH, Phase, SubmitBatchReply, subjects
 from tests.integration.fed import InProcessFederation, nodes
 
@@ -60,6 +61,8 @@ async def test_rest_batch_over_the_limit_is_refused_whole(fed: InProcessFederati
 async def test_nats_batch_of_the_largest_size_is_stored_and_runs(
     fed: InProcessFederation,
 ) -> None:
+    # Room for it all: a batch's items count against the team's max_queued (5,000 by default).
+    fed.policy = Policy(teams=(Team("vision", max_queued=MAX_BATCH),))
     hub = await fed.start_hub()
     await fed.start_spoke("eu-1", "eu", nodes("eu-1", 2, 8, "H100"))
     bus = Bus(fed.tool_settings())

@@ -79,10 +79,18 @@ async def test_what_policy_refused_is_taken_when_sent_again_with_room(
     assert [r["error"]["code"] for r in first["results"]] == ["too_many_queued"] * 2
     cancelled = await fed.api.delete(f"/v1/workloads/{full['results'][0]['workload_id']}")
     assert cancelled.status_code == 202
-    # Nothing of it was taken: sent again with room, it is taken now, and then only once.
+    # Nothing of it was taken: sent again with room for one, its first item is taken now,
+    # and then only once.
     again = await _send(fed, "k", _items("q", 2))
-    assert [r["ok"] for r in again["results"]] == [True, True]
+    assert [r["ok"] for r in again["results"]] == [True, False]
     assert (await _send(fed, "k", _items("q", 2)))["results"] == again["results"]
+    assert await _count(fed, "q") == 1
+    # With room for the other, the other: the first is the workload it was.
+    cancelled = await fed.api.delete(f"/v1/workloads/{full['results'][1]['workload_id']}")
+    assert cancelled.status_code == 202
+    last = await _send(fed, "k", _items("q", 2))
+    assert [r["ok"] for r in last["results"]] == [True, True]
+    assert last["results"][0] == again["results"][0]
     assert await _count(fed, "q") == 2
 
 

@@ -297,9 +297,11 @@ async def test_hostile_input_is_refused_cleanly(callers: Callers) -> None:
 async def test_a_team_past_max_queued_gets_429(callers: Callers) -> None:
     policy = {"teams": [{"name": OWN, "max_queued": 2}, {"name": OTHER}]}
     assert (await callers["admin"].put("/v1/policy", json=policy)).status_code == 200
-    for i in range(2):
-        response = await callers["member"].post("/v1/workloads", json=job(OWN, f"q{i}"))
-        assert response.status_code == 201
+    # A batch counts its own items: two of three are taken, the third would pass the cap.
+    jobs = [job(OWN, f"q{i}") for i in range(3)]
+    batch = (await callers["member"].post("/v1/workloads:batch", json=jobs)).json()
+    assert [r["ok"] for r in batch["results"]] == [True, True, False]
+    assert batch["results"][2]["error"]["code"] == "too_many_queued"
     refused = await callers["member"].post("/v1/workloads", json=job(OWN, "one-too-many"))
     assert refused.status_code == 429 and "max_queued" in refused.json()["message"]
     assert refused.json()["retryable"] is True

@@ -1,5 +1,5 @@
 """max_queued: the count a submission is checked against is skipped while it cannot matter,
-and must then give the same answer as counting every workload."""
+and must then give the same answer as counting every workload; a batch's own items count."""
 
 from __future__ import annotations
 
@@ -60,3 +60,34 @@ def test_a_submission_is_refused_exactly_when_its_team_has_reached_its_cap(
     else:
         assert queued < cap
         assert record.spec.team == team and record.id not in state.workloads
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    workloads=st.lists(st.tuples(st.sampled_from(TEAMS), st.booleans()), max_size=30),
+    caps=st.lists(st.integers(min_value=0, max_value=12), min_size=3, max_size=3),
+    batch=st.lists(st.sampled_from(TEAMS), max_size=30),
+)
+def test_a_batch_takes_of_each_team_only_what_its_cap_leaves(
+    workloads: list[tuple[str, bool]], caps: list[int], batch: list[str]
+) -> None:
+    policy = Policy(
+        teams=tuple(Team(name=t, max_queued=c) for t, c in zip(TEAMS, caps, strict=True))
+    )
+    state = _state(policy, workloads)
+    room = {
+        team: cap
+        - sum(
+            1 for w in state.workloads.values() if w.spec.team == team and w.phase == Phase.QUEUED
+        )
+        for team, cap in zip(TEAMS, caps, strict=True)
+    }
+    specs = [WorkloadSpec(name="new", team=team, command=["true"]) for team in batch]
+    results, records, _ = Submissions(state).accept(specs, "mia", None)
+    expected = []
+    for team in batch:  # in the batch's order: the first items fill what the cap leaves
+        expected.append(room[team] > 0)
+        room[team] -= 1
+    assert [isinstance(r, WorkloadRecord) for r in results] == expected
+    assert all(isinstance(r, TooMany) for r in results if not isinstance(r, WorkloadRecord))
+    assert len(records) == sum(expected)
