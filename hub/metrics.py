@@ -112,6 +112,12 @@ class HubMetrics:
             "Ended workloads removed from the store once kept their time (--keep-ended).",
             registry=r,
         )
+        self.store_unavailable = Counter(
+            "gpufed_store_unavailable",
+            "Store calls that failed for the store's own sake (its disk, its server): each"
+            " request among them answered 503 store_unavailable.",
+            registry=r,
+        )
         self._queue_waits: dict[str, Histogram] = {}
         for reason in REQUEUE_REASONS:
             self.requeues.labels(reason)

@@ -171,6 +171,7 @@ class HubState:
         except Exception as exc:
             if not self.store.down(exc):
                 raise
+            self.metrics.store_unavailable.inc()
             held = self._down_lines.allow(self.clock(), 1)
             if held is not None:
                 why = mask_url(str(getattr(exc, "orig", None) or exc).splitlines()[0])

@@ -184,6 +184,9 @@ async def test_requests_the_store_could_not_serve_are_told_to_come_back_and_the_
             await api.aclose()
             await bus.close()
     assert said == ["the hub's store is not answering; sending it again for up to 30 s"]
+    # Counted for the operators' alert (GpufedStoreUnavailable): a failure per refused call.
+    failed = hub.metrics.registry.get_sample_value("gpufed_store_unavailable_total")
+    assert failed is not None and failed >= len(refused) + len(by_nats)
     # What was refused was not taken: only the keyed submission, once.
     assert [w["id"] for w in listed.json()] == [record["id"]]
     assert record["spec"]["name"] == "k"
