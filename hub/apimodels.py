@@ -130,6 +130,10 @@ class HealthOut(BaseModel):
     role: Literal["leader", "standby"]  # a standby answers reads and refuses writes (503)
     term: int  # the leadership term this hub leads (0: never led)
     leader: str = ""  # the leading replica's API URL, as far as this one knows ("": unknown)
+    # "unavailable" while every store call fails for the store's own sake (503
+    # store_unavailable), since that time (Unix seconds)
+    store: Literal["ok", "unavailable"] = "ok"
+    store_unavailable_since: float | None = None
     workloads_active: int
     spokes: int
     counters: dict[str, int]

@@ -229,6 +229,8 @@ class HubView:
             "role": "standby" if self.standby else "leader",
             "term": self.state.term,
             "leader": self.leader_url,
+            "store": "ok" if self.state.store_down_since is None else "unavailable",
+            "store_unavailable_since": self.state.store_down_since,
             "workloads_active": len(self.workloads),
             "spokes": len(self.fleet),  # as /v1/spokes lists them
             "counters": dict(self.counters),

@@ -100,6 +100,8 @@ class HubState:
     _db_worker: DbWorker = field(default_factory=DbWorker)
     _save_all: _SaveAll | None = None
     _down_lines: LineThrottle = field(default_factory=LineThrottle)  # `store_unavailable`
+    # Since when every store call has failed for the store's own sake (None: the last answered).
+    store_down_since: float | None = None
     # The policy in force for the last (policy, window) asked for: windows switch a few times
     # a day, cycles run many times a second.
     _in_force: tuple[Policy, str | None, Policy] | None = None
@@ -167,11 +169,13 @@ class HubState:
         reply `store_unavailable`), not as the hub failing; the log says it at most every
         second, with how many failed since."""
         try:
-            return await self._db_worker.call(fn, merge, part)
+            result = await self._db_worker.call(fn, merge, part)
         except Exception as exc:
             if not self.store.down(exc):
                 raise
             self.metrics.store_unavailable.inc()
+            if self.store_down_since is None:
+                self.store_down_since = self.clock()
             held = self._down_lines.allow(self.clock(), 1)
             if held is not None:
                 why = mask_url(str(getattr(exc, "orig", None) or exc).splitlines()[0])
@@ -179,6 +183,8 @@ class HubState:
             raise StoreUnavailable(
                 "the hub's store is not answering; try again in a moment"
             ) from exc
+        self.store_down_since = None
+        return result
 
     async def save_unsaved(self) -> None:
         """Save `unsaved` on its own (under the lock); when that fails they stay unsaved."""

@@ -154,6 +154,9 @@ async def test_requests_the_store_could_not_serve_are_told_to_come_back_and_the_
                 assert response.json()["code"] == "store_unavailable"
                 assert response.json()["retryable"] is True
                 assert response.headers["Retry-After"] == "1"
+            health = (await api.get("/v1/health")).json()  # no store call: answered
+            assert (health["ok"], health["store"]) == (True, "unavailable"), health
+            assert health["store_unavailable_since"] is not None
             by_nats = [await over_nats("nats"), await over_nats("nats-keyed", "n-1")]
             for reply in by_nats:
                 assert reply.error is not None, reply
@@ -179,6 +182,8 @@ async def test_requests_the_store_could_not_serve_are_told_to_come_back_and_the_
             outage.refusing = False
             record = await keyed
             listed = await api.get("/v1/workloads", params={"team": "drill"})
+            health = (await api.get("/v1/health")).json()
+            assert (health["store"], health["store_unavailable_since"]) == ("ok", None)
         finally:
             hub_client.close()
             await api.aclose()
