@@ -44,7 +44,7 @@ from schemas.common import clean_text
 from spoke.activity import ActivityMonitor
 from spoke.devices import check_assignments, node_capacity, with_mig_profiles
 from spoke.errors import PermanentSpokeError, SpokeError
-from spoke.fencing import Fence, fence_file
+from spoke.fencing import Fence, OwnStalls, fence_file
 from spoke.interruption import InterruptionNotice, watch_interruption
 from spoke.inventory.lastknown import LastKnown
 from spoke.journal import Journal
@@ -268,12 +268,16 @@ class SpokeAgent:
             self.fence.acked(ack)
 
     async def _fence_loop(self, stop: asyncio.Event) -> None:
-        """Stop movable work once the hub has gone unheard for fence_after (see fencing)."""
-        every = min(0.5, self.settings.heartbeat_s / 2)
+        """Stop movable work once the hub is unheard for fence_after (fencing, `OwnStalls`)."""
+        every, loop = min(0.5, self.settings.heartbeat_s / 2), asyncio.get_running_loop()
+        stalls = OwnStalls(every, self.settings.heartbeat_s, loop.time())
         while not stop.is_set():
             with contextlib.suppress(OSError):
                 self.fence.save()
-            for wid in self.fence.to_stop(self.runtime.running(), self.clock()):
+            held = stalls.holds(loop.time(), self.fence.overdue(self.clock()))
+            if held:
+                self._report_now.set()  # answered within a heartbeat, it stops nothing
+            for wid in [] if held else self.fence.to_stop(self.runtime.running(), self.clock()):
                 self.counters["fenced"] += 1
                 self._stop_in_background(wid, self.settings.stop_grace_s, EventPhase.PREEMPTED)
             await pause(stop, every)

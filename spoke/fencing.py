@@ -203,3 +203,28 @@ class Fence:
             # Work placed after the last save is unknown here: it is fenced (the safe side).
             self.kept = {str(w) for w in state.get("kept", [])}
             self.term = int(state.get("term", 0))
+
+
+class OwnStalls:
+    """Tells the fence loop when a silence was the spoke's own: its checks, `every_s` apart,
+    held up for over two of them (a collector's pause, a paused VM, a machine out of CPU).
+    Such a silence sent no reports either, so the hub heard nothing of it and may still count
+    the spoke alive: the spoke reports at once and holds its fencing for `hold_s` (a
+    heartbeat) for the hub to answer. fence_after leaves three heartbeats before the hub's
+    lost_after; a hub that still answers nothing is fenced against one heartbeat later."""
+
+    def __init__(self, every_s: float, hold_s: float, now: float) -> None:
+        self.every_s = every_s
+        self.hold_s = hold_s
+        self._checked = now
+        self._held_until = now
+
+    def holds(self, now: float, overdue: bool) -> bool:
+        """Whether fencing waits at this check (`now`: a monotonic clock); True at once when
+        the lease is `overdue` just after a stall (report now), then for `hold_s`."""
+        stalled = now - self._checked > 2 * self.every_s
+        self._checked = now
+        if stalled and overdue:
+            self._held_until = now + self.hold_s
+            return True
+        return now < self._held_until

@@ -9,7 +9,7 @@ import structlog
 
 from gpufed import logs
 from schemas import LeaseAck, WorkloadSpec
-from spoke.fencing import Fence
+from spoke.fencing import Fence, OwnStalls
 
 
 def ack(seq: int, lost_after: float = 30.0) -> LeaseAck:
@@ -97,3 +97,17 @@ def test_a_spoke_up_before_its_hub_says_so_without_a_warning(tmp_path: Path) -> 
         ("hub_not_up_yet", "info"),
         ("hub_heard_again", "info"),
     ]
+
+
+def test_a_silence_of_the_spokes_own_holds_fencing_for_a_heartbeat() -> None:
+    stalls = OwnStalls(every_s=0.1, hold_s=0.2, now=0.0)
+    # Checks on time: fencing goes as the lease says.
+    assert not stalls.holds(0.1, overdue=True)
+    assert not stalls.holds(0.2, overdue=False)
+    # Held up 1.6 s (a collector's pause) with the lease overdue: it reports and waits a
+    # heartbeat for the hub's answer, then fences as before.
+    assert stalls.holds(1.8, overdue=True)
+    assert stalls.holds(1.9, overdue=True)
+    assert not stalls.holds(2.05, overdue=True)
+    # A stall with the lease still running holds nothing.
+    assert not stalls.holds(4.0, overdue=False)
