@@ -303,12 +303,16 @@ def _rate_wait(response: httpx.Response) -> float | None:
     return wait if 0 <= wait <= RATE_WAIT_MAX_S else None
 
 
+#: The hub's code for a request its store could not serve: not done, and may be sent again.
+STORE_UNAVAILABLE = "store_unavailable"
+
+
 def _not_done(response: httpx.Response) -> str:
     """Why `response` says its request was not done and may be sent again as it is ("": it
     was answered)."""
     if _standing_by(response):
         return "every hub stands by"
-    if response.status_code == 503 and _code(response) == "store_unavailable":
+    if response.status_code == 503 and _code(response) == STORE_UNAVAILABLE:
         return "the hub's store is not answering"
     return ""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from gpufed.client import ApiError, HubClient
+from gpufed.client import STORE_UNAVAILABLE, ApiError, HubClient
 from gpufed.cordon_cmd import add_cordon_commands
 from gpufed.flagnames import SUBMIT_FLAGS, naming_the_flag
 from gpufed.myteam import TeamNotGiven, fill_team
@@ -204,7 +204,7 @@ def _submit(args: argparse.Namespace) -> int:
         print(f"gpufed: stopped. {again} at most once.", file=sys.stderr)
         return 130
     except ApiError as exc:  # the hub names the spec's field: name the flag too
-        if not exc.status or exc.code == "store_unavailable":  # the key says if it was taken
+        if not exc.status or exc.code == STORE_UNAVAILABLE:  # the key says if it was taken
             raise ApiError(f"{exc} {again} at most once.") from None
         raise naming_the_flag(exc, SUBMIT_FLAGS) from None
     if args.json:

@@ -321,8 +321,7 @@ class Intake:
             reply = SubmitBatchReply(error=exc.reply())
         except Exception:
             log.exception("submit_batch_failed")
-            error = ErrorReply(code="internal", message="the hub failed; try again", retryable=True)
-            reply = SubmitBatchReply(error=error)
+            reply = SubmitBatchReply(error=_INTERNAL)
         if msg.reply:
             # Within what the server carries (less room for the request's headers, which the
             # reply echoes): a larger reply would never reach its sender.
